@@ -1,0 +1,45 @@
+"""Timing helpers shared by the benchmarks."""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def environment() -> dict:
+    import posenc
+
+    return {
+        "posenc": posenc.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def timeit(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1, min_time: float = 0.0) -> dict:
+    """Median/min wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < repeat or time.perf_counter() - start < min_time:
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times)}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux: ru_maxrss is KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

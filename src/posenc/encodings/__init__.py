@@ -1,0 +1,46 @@
+"""Positional encodings: every map ``positions (..., in_dim) -> features (..., out_dim)``."""
+
+from posenc.encodings.base import CoordinateEncoding, Encoding
+from posenc.encodings.registry import (
+    available_encodings,
+    create_encoding,
+    encoding_class,
+    encoding_parameters,
+    register_encoding,
+)
+from posenc.encodings.fourier import (  # noqa: E402  (registration order)
+    BasicFourierEncoding,
+    LinearFourierEncoding,
+    LogFourierEncoding,
+    RandomFourierEncoding,
+    fourier_features,
+)
+from posenc.encodings.basis import (  # noqa: E402
+    CirculantEncoding,
+    GaussianEncoding,
+    TriangleEncoding,
+    circulant_generator,
+    gaussian_basis,
+    triangle_basis,
+)
+
+__all__ = [
+    "Encoding",
+    "CoordinateEncoding",
+    "available_encodings",
+    "create_encoding",
+    "encoding_class",
+    "encoding_parameters",
+    "register_encoding",
+    "BasicFourierEncoding",
+    "LinearFourierEncoding",
+    "LogFourierEncoding",
+    "RandomFourierEncoding",
+    "fourier_features",
+    "GaussianEncoding",
+    "TriangleEncoding",
+    "CirculantEncoding",
+    "gaussian_basis",
+    "triangle_basis",
+    "circulant_generator",
+]

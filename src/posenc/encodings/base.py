@@ -1,0 +1,249 @@
+"""Base classes for positional encodings.
+
+An :class:`Encoding` maps positions ``(..., in_dim)`` to features ``(..., out_dim)``.
+:class:`CoordinateEncoding` adds what every coordinate encoding of Zheng et al.
+("Rethinking Positional Encoding", arXiv 2107.02561) shares: a coordinate domain
+mapped to the unit interval, the ways of combining several input dimensions
+(per-axis concatenation, the four-direction variant, the Kronecker product), and
+the paper's row normalisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from posenc._checks import (
+    check_choice,
+    check_divisible,
+    check_domain,
+    check_finite,
+    check_floating,
+    check_in_domain,
+    check_last_dim,
+    check_positive_int,
+    check_tensor,
+)
+
+MODES = ("separable", "four_direction", "product", "full")
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype trigonometry runs in: at least float32 (half inputs are upcast)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+class Encoding(nn.Module):
+    """A map from positions ``(..., in_dim)`` to features ``(..., out_dim)``.
+
+    Subclasses implement :meth:`encode`; :meth:`forward` validates the input
+    first (a tensor, the right trailing dimension, floating point, finite) so a
+    bad position fails loudly instead of producing NaN features.
+
+    Args:
+        in_dim: size of the trailing dimension of the positions.
+        out_dim: size of the trailing dimension of the features.
+    """
+
+    #: Name of the constructor argument that sets the encoding's kernel width
+    #: (used by :func:`posenc.analysis.match_width` and ``suggest_bandwidth``).
+    width_param: ClassVar[str | None] = None
+    #: Whether a larger ``width_param`` gives a smoother (wider) kernel.
+    width_increases_smoothness: ClassVar[bool] = True
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.in_dim = check_positive_int("in_dim", in_dim)
+        self.out_dim = check_positive_int("out_dim", out_dim)
+
+    def check_input(self, positions: torch.Tensor) -> None:
+        """Validate ``positions``; override to accept other input layouts."""
+        check_tensor("positions", positions)
+        check_last_dim("positions", positions, self.in_dim)
+        check_floating("positions", positions)
+        check_finite("positions", positions)
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """Encode ``positions`` ``(..., in_dim)`` into features ``(..., out_dim)``."""
+        self.check_input(positions)
+        return self.encode(positions)
+
+    def iter_chunks(self, positions: torch.Tensor, chunk_size: int = 65536) -> Iterator[torch.Tensor]:
+        """Encode ``positions`` of shape ``(N, in_dim)`` ``chunk_size`` rows at a time.
+
+        Yields feature blocks ``(<= chunk_size, out_dim)`` so that a large set of
+        positions (a 512x512 image with 1000 features is 1 GB in float32) never
+        needs its whole feature matrix in memory.
+        """
+        check_positive_int("chunk_size", chunk_size)
+        check_tensor("positions", positions)
+        if positions.dim() != 2:
+            raise ValueError(f"positions must have shape (N, {self.in_dim}), got {tuple(positions.shape)}")
+        self.check_input(positions)
+        for start in range(0, positions.shape[0], chunk_size):
+            yield self.encode(positions[start : start + chunk_size])
+
+    def reset_parameters(self) -> None:
+        """Re-initialise parameters (a no-op for fixed encodings)."""
+
+    def extra_repr(self) -> str:
+        return f"in_dim={self.in_dim}, out_dim={self.out_dim}"
+
+
+class CoordinateEncoding(Encoding):
+    """Coordinate encoding built from a 1D map applied along *directions*.
+
+    Positions are first mapped from ``domain`` to the unit interval, then
+    projected onto K directions and each direction is encoded by the subclass's
+    1D map ``(..., K) -> (..., K, F)``:
+
+    * ``"separable"``: one direction per axis, results concatenated
+      (``out_dim = in_dim * F``), as in the paper's 2D experiments;
+    * ``"four_direction"`` (2D only): directions ``x, y, (x+y)/2, (x-y+1)/2``,
+      concatenated (``out_dim = 4 * F``);
+    * ``"product"``: the Kronecker product of the per-axis features
+      (``out_dim = F ** in_dim``), which lets a single linear layer represent a
+      non-additive function of several coordinates;
+    * ``"full"``: encodings that mix axes natively (random Fourier features).
+
+    Args:
+        in_dim: number of coordinates per position.
+        num_features: output width ``out_dim`` (for ``"product"``: features per axis).
+        mode: one of ``"separable"``, ``"four_direction"``, ``"product"``, ``"full"``.
+        domain: ``(low, high)`` coordinate range mapped to ``[0, 1]``.
+        normalize: divide features by the largest row norm over the domain (the
+            paper's normalisation; exact for separable/product/full modes, an upper
+            bound for ``"four_direction"``).
+        strict: reject positions outside ``domain`` (set ``False`` to extrapolate).
+        device, dtype: of the buffers.
+    """
+
+    supported_modes: ClassVar[tuple[str, ...]] = ("separable", "four_direction", "product")
+    #: Per-direction feature counts must be a multiple of this (2 for sin/cos pairs).
+    feature_multiple: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        in_dim: int,
+        num_features: int,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+    ) -> None:
+        check_positive_int("in_dim", in_dim)
+        check_positive_int("num_features", num_features)
+        check_choice("mode", mode, self.supported_modes)
+        if mode == "four_direction" and in_dim != 2:
+            raise ValueError(f"mode='four_direction' needs in_dim=2, got in_dim={in_dim}")
+        if mode == "product":
+            num_dirs, per_dir = in_dim, num_features
+            out_dim = num_features**in_dim
+        elif mode == "full":
+            num_dirs, per_dir, out_dim = 1, num_features, num_features
+        else:
+            num_dirs = in_dim if mode == "separable" else 4
+            check_divisible("num_features", num_features, num_dirs, f"{num_dirs} directions in mode={mode!r}")
+            per_dir, out_dim = num_features // num_dirs, num_features
+        if self.feature_multiple > 1 and per_dir % self.feature_multiple:
+            raise ValueError(
+                f"num_features must give a multiple of {self.feature_multiple} features per direction "
+                f"(sine/cosine pairs); got {per_dir} per direction from num_features={num_features}, mode={mode!r}"
+            )
+        super().__init__(in_dim, out_dim)
+        self.num_features = num_features
+        self.mode = mode
+        self.domain = check_domain("domain", domain)
+        self.normalize = bool(normalize)
+        self.strict = bool(strict)
+        self.num_directions = num_dirs
+        self.features_per_direction = per_dir
+
+    # -- subclass hooks -------------------------------------------------------
+    def encode_1d(self, t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """Encode unit coordinates ``(..., K)`` into ``(..., K, F)``."""
+        raise NotImplementedError
+
+    def encode_full(self, u: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """Encode unit positions ``(..., in_dim)`` into ``(..., out_dim)`` (mode 'full')."""
+        raise NotImplementedError
+
+    # -- the shared pipeline ----------------------------------------------------
+    def check_input(self, positions: torch.Tensor) -> None:
+        super().check_input(positions)
+        if self.strict:
+            check_in_domain("positions", positions, *self.domain)
+
+    def to_unit(self, positions: torch.Tensor) -> torch.Tensor:
+        low, high = self.domain
+        return (positions - low) / (high - low)
+
+    def directions(self, u: torch.Tensor) -> torch.Tensor:
+        """Project unit positions ``(..., in_dim)`` onto the K encoded directions."""
+        if self.mode == "four_direction":
+            x, y = u.unbind(-1)
+            return torch.stack((x, y, 0.5 * (x + y), 0.5 * (x - y + 1.0)), dim=-1)
+        return u
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        out_dtype = positions.dtype
+        u = self.to_unit(positions.to(compute_dtype(positions.dtype)))
+        if self.mode == "full":
+            feats = self.encode_full(u)
+        else:
+            per_dir = self.encode_1d(self.directions(u))  # (..., K, F)
+            if self.mode == "product":
+                feats = per_dir[..., 0, :]
+                for k in range(1, self.num_directions):
+                    feats = (feats[..., :, None] * per_dir[..., k, None, :]).flatten(-2)
+            else:
+                feats = per_dir.flatten(-2)
+        if self.normalize:
+            feats = feats * self.scale.to(feats.dtype)
+        return feats.to(out_dtype)
+
+    def _finalize(self) -> None:
+        """Cache the row-normalisation scale; subclasses call this last in ``__init__``."""
+        scale = self.compute_row_scale() if self.normalize else torch.ones((), dtype=torch.float64)
+        ref = next(iter(self.buffers()), None)
+        dtype = ref.dtype if ref is not None else torch.get_default_dtype()
+        device = ref.device if ref is not None else None
+        self.register_buffer("scale", scale.to(device=device, dtype=dtype), persistent=False)
+
+    def max_sq_norm_1d(self) -> torch.Tensor:
+        """Largest squared norm of the 1D features per direction, shape ``(K,)``.
+
+        The default evaluates the 1D map on a dense grid of the unit interval
+        (16,384 points plus the grid of the features themselves); subclasses with
+        a closed form override it.
+        """
+        grid = torch.linspace(0.0, 1.0, 16385, dtype=torch.float64)
+        if self.features_per_direction > 1:
+            extra = torch.arange(self.features_per_direction, dtype=torch.float64) / self.features_per_direction
+            grid = torch.cat((grid, extra))
+        t = grid[:, None].expand(-1, self.num_directions)
+        return self.encode_1d(t).pow(2).sum(-1).amax(0)
+
+    def compute_row_scale(self) -> torch.Tensor:
+        """``1 / max ||psi(x)||`` over the domain: the paper's row normalisation."""
+        if self.mode == "full":
+            raise NotImplementedError  # subclasses with a 'full' mode override
+        sq = self.max_sq_norm_1d()
+        total = sq.prod() if self.mode == "product" else sq.sum()
+        return total.rsqrt()
+
+    def extra_repr(self) -> str:
+        parts = [f"in_dim={self.in_dim}", f"out_dim={self.out_dim}", f"mode={self.mode!r}"]
+        if self.domain != (0.0, 1.0):
+            parts.append(f"domain={self.domain}")
+        if self.normalize:
+            parts.append("normalize=True")
+        if not self.strict:
+            parts.append("strict=False")
+        return ", ".join(parts)

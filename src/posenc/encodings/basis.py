@@ -1,0 +1,247 @@
+"""Shifted-basis coordinate encodings (Zheng, Ramasinghe, Lucey, arXiv 2107.02561).
+
+A shifted-basis encoding evaluates one function at F shifts:
+``psi_i(x) = g(x - t_i)`` for centres ``t_i = i / F`` on the unit interval.
+
+* ``gaussian``: ``g(u) = exp(-u^2 / (2 sigma^2))`` (no wrap-around), optionally
+  truncated to exact zeros beyond ``truncate * sigma``;
+* ``triangle``: ``g(u) = max(0, 1 - |u| / width)``;
+* the *circulant* family of the paper (Sec. 4): the rows of ``circulant(c)`` for a
+  unit-norm generator ``c`` of length F (``impulse``, ``gaussian``, ``square``,
+  ``sine``, ``random``); positions are snapped to the nearest of the F grid points
+  and the basis wraps around the unit interval.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc.encodings.base import CoordinateEncoding, compute_dtype
+from posenc.encodings.registry import register_encoding
+
+
+def grid_centres(num: int, *, device=None, dtype=torch.float64) -> torch.Tensor:
+    """``num`` centres ``i / num`` on ``[0, 1)`` (the paper's ``linspace(0, 1, num+1)[:-1]``)."""
+    return torch.arange(num, device=device, dtype=dtype) / num
+
+
+def gaussian_basis(
+    t: torch.Tensor, centres: torch.Tensor, sigma: float, truncate: float | None = None
+) -> torch.Tensor:
+    """Gaussian bumps ``exp(-(t - c)^2 / (2 sigma^2))``: ``(..., K) -> (..., K, F)``.
+
+    Args:
+        t: unit coordinates ``(..., K)``.
+        centres: ``(F,)``.
+        sigma: width (> 0).
+        truncate: if given, set entries with ``|t - c| > truncate * sigma`` to exactly 0.
+    """
+    dtype = compute_dtype(t.dtype)
+    diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
+    out = torch.exp(diff.square() * (-0.5 / sigma**2))
+    if truncate is not None:
+        out = out.masked_fill(diff.abs() > truncate * sigma, 0.0)
+    return out
+
+
+def triangle_basis(t: torch.Tensor, centres: torch.Tensor, width: float) -> torch.Tensor:
+    """Hat functions ``max(0, 1 - |t - c| / width)``: ``(..., K) -> (..., K, F)``."""
+    dtype = compute_dtype(t.dtype)
+    diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
+    return (1.0 - diff.abs() / width).clamp_min(0.0)
+
+
+@register_encoding("gaussian")
+class GaussianEncoding(CoordinateEncoding):
+    """Shifted Gaussian basis: ``psi_i(x) = exp(-(x - t_i)^2 / (2 sigma^2))``.
+
+    ``(..., in_dim) -> (..., num_features)``. For dense sampling its stable rank is
+    about ``1 / (2 sigma sqrt(pi))`` and its distance-preservation half-width at
+    similarity 0.1 is ``2 sigma sqrt(ln 10)`` (see :mod:`posenc.analysis`).
+
+    Args:
+        in_dim: number of coordinates.
+        num_features: output width (F centres per direction).
+        sigma: width in unit-domain coordinates (> 0).
+        truncate: zero the basis beyond ``truncate * sigma`` (sparse, banded features).
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the centre buffer.
+    """
+
+    width_param = "sigma"
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        sigma: float = 0.01,
+        truncate: float | None = None,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.sigma = check_positive_float("sigma", sigma)
+        self.truncate = None if truncate is None else check_positive_float("truncate", truncate)
+        centres = grid_centres(self.features_per_direction)
+        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self._finalize()
+
+    def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
+        return gaussian_basis(t, self.centres, self.sigma, self.truncate)
+
+    def extra_repr(self) -> str:
+        extra = f", truncate={self.truncate:g}" if self.truncate is not None else ""
+        return f"{super().extra_repr()}, sigma={self.sigma:g}{extra}"
+
+
+@register_encoding("triangle")
+class TriangleEncoding(CoordinateEncoding):
+    """Shifted hat functions: ``psi_i(x) = max(0, 1 - |x - t_i| / width)``.
+
+    ``(..., in_dim) -> (..., num_features)``; the features are banded (each
+    position touches about ``2 * width * F`` of them).
+
+    Args:
+        in_dim: number of coordinates.
+        num_features: output width (F centres per direction).
+        width: half-width ``d`` of each hat in unit-domain coordinates (> 0).
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the centre buffer.
+    """
+
+    width_param = "width"
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        width: float = 0.02,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.width = check_positive_float("width", width)
+        centres = grid_centres(self.features_per_direction)
+        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self._finalize()
+
+    def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
+        return triangle_basis(t, self.centres, self.width)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, width={self.width:g}"
+
+
+GENERATORS = ("impulse", "gaussian", "square", "sine", "random")
+
+
+def circulant_generator(
+    kind: str, num: int, *, sigma: float = 0.01, freq: float = 1.0, seed: int = 0
+) -> torch.Tensor:
+    """Unit-norm generator ``c`` (length ``num``, float64) of a circulant embedding.
+
+    Args:
+        kind: ``"impulse"`` (``c[0] = 1``), ``"gaussian"`` (periodic Gaussian of width
+            ``sigma``), ``"square"`` (``1[sin(2 pi freq k / num) > 0]``), ``"sine"``
+            (``sin(2 pi freq k / num)``) or ``"random"`` (``N(0, I)`` with ``seed``).
+        num: length F.
+    """
+    check_choice("kind", kind, GENERATORS)
+    check_positive_int("num", num)
+    k = torch.arange(num, dtype=torch.float64)
+    if kind == "impulse":
+        c = torch.zeros(num, dtype=torch.float64)
+        c[0] = 1.0
+    elif kind == "gaussian":
+        u = torch.remainder(k / num + 0.5, 1.0) - 0.5  # wrapped displacement
+        c = torch.exp(-(u**2) / (2 * check_positive_float("sigma", sigma) ** 2))
+    elif kind == "square":
+        # Shift by half a sample so the comparison never lands exactly on a zero of sin.
+        c = (torch.sin(2 * math.pi * check_positive_float("freq", freq) * (k + 0.5) / num) > 0).double()
+    elif kind == "sine":
+        c = torch.sin(2 * math.pi * check_positive_float("freq", freq) * k / num)
+    else:
+        gen = torch.Generator().manual_seed(check_positive_int("seed", seed, minimum=0))
+        c = torch.randn(num, generator=gen, dtype=torch.float64)
+    norm = c.norm()
+    if norm == 0:
+        raise ValueError(f"the {kind!r} generator of length {num} is identically zero (freq={freq})")
+    return c / norm
+
+
+@register_encoding("circulant")
+@register_encoding("impulse", generator="impulse")
+@register_encoding("square", generator="square")
+@register_encoding("sine", generator="sine")
+@register_encoding("random", generator="random")
+class CirculantEncoding(CoordinateEncoding):
+    """Rows of ``circulant(c)``: ``psi_i(x) = c[(round(x F) - i) mod F]``.
+
+    The paper's circulant family (Sec. 4): every row is a cyclic shift of one
+    unit-norm generator ``c``, so the encoding is defined on the grid of F points
+    of the unit interval; other positions snap to the nearest grid point, and the
+    basis is periodic. The impulse and random generators have the highest possible
+    stable rank and no distance preservation; the Gaussian, square and sine ones
+    trade rank for smoothness.
+
+    ``(..., in_dim) -> (..., num_features)``.
+
+    Args:
+        in_dim: number of coordinates.
+        num_features: output width (F grid points per direction).
+        generator: ``"impulse"``, ``"gaussian"``, ``"square"``, ``"sine"`` or ``"random"``.
+        sigma: width of the ``"gaussian"`` generator.
+        freq: frequency of the ``"square"`` and ``"sine"`` generators (cycles per domain).
+        seed: seed of the ``"random"`` generator.
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the generator buffer.
+    """
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        generator: str = "impulse",
+        sigma: float = 0.01,
+        freq: float = 1.0,
+        seed: int = 0,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.generator = check_choice("generator", generator, GENERATORS)
+        self.sigma, self.freq, self.seed = sigma, freq, seed
+        c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed)
+        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self._finalize()
+
+    def max_sq_norm_1d(self) -> torch.Tensor:
+        # Every row of a circulant matrix is a permutation of the unit-norm generator.
+        return torch.ones(self.num_directions, dtype=torch.float64)
+
+    def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
+        num = self.features_per_direction
+        idx = torch.round(t.to(compute_dtype(t.dtype)) * num).long()
+        shift = torch.remainder(idx[..., None] - torch.arange(num, device=t.device), num)
+        c = self.generator_vector.to(device=t.device, dtype=compute_dtype(t.dtype))
+        return c[shift]
+
+    def extra_repr(self) -> str:
+        extra = {"gaussian": f", sigma={self.sigma:g}", "square": f", freq={self.freq:g}",
+                 "sine": f", freq={self.freq:g}", "random": f", seed={self.seed}"}.get(self.generator, "")
+        return f"{super().extra_repr()}, generator={self.generator!r}{extra}"

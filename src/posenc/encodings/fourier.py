@@ -1,0 +1,231 @@
+"""Fourier-feature coordinate encodings.
+
+``basic`` ([sin 2*pi*x, cos 2*pi*x]), ``linf`` (linearly spaced frequencies),
+``logf`` (log-spaced, NeRF-style) and ``rff`` (random Fourier features, Tancik et
+al. 2020) as used and compared by Zheng, Ramasinghe and Lucey, "Rethinking
+Positional Encoding" (arXiv 2107.02561) and its follow-up (ECCV 2022).
+
+Every map sends unit coordinates ``t`` to ``[sin(2*pi*f*t), cos(2*pi*f*t)]`` for a
+set of frequencies ``f`` (sines first, then cosines).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc.encodings.base import CoordinateEncoding, compute_dtype
+from posenc.encodings.registry import register_encoding
+
+
+def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """``[sin(2*pi*t*f), cos(2*pi*t*f)]`` for each entry of ``t``.
+
+    Args:
+        t: coordinates ``(..., K)``.
+        freqs: frequencies ``(F/2,)`` shared by all K directions, or ``(K, F/2)``.
+
+    Returns:
+        ``(..., K, F)`` with the F/2 sines first, then the F/2 cosines.
+    """
+    dtype = compute_dtype(t.dtype)
+    phase = 2.0 * math.pi * t.to(dtype)[..., None] * freqs.to(device=t.device, dtype=dtype)
+    return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
+
+
+class _FourierBase(CoordinateEncoding):
+    feature_multiple = 2
+
+    def max_sq_norm_1d(self) -> torch.Tensor:
+        # sin^2 + cos^2 = 1 for every frequency: the norm is the same everywhere.
+        half = self.features_per_direction // 2
+        return torch.full((self.num_directions,), float(half), dtype=torch.float64)
+
+    def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
+        return fourier_features(t, self.freqs)
+
+
+@register_encoding("basic")
+class BasicFourierEncoding(_FourierBase):
+    """``[sin(2*pi*x), cos(2*pi*x)]`` per direction: the simplest Fourier encoding.
+
+    ``(..., in_dim) -> (..., 2 * K)`` where K is the number of directions.
+
+    Args:
+        in_dim: number of coordinates.
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the frequency buffer.
+    """
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        check_positive_int("in_dim", in_dim)
+        check_choice("mode", mode, self.supported_modes)
+        k = 4 if mode == "four_direction" else in_dim
+        num = 2 if mode == "product" else 2 * k
+        super().__init__(in_dim, num, mode, domain, normalize, strict)
+        self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()))
+        self._finalize()
+
+
+@register_encoding("linf")
+class LinearFourierEncoding(_FourierBase):
+    """Fourier features with F/2 linearly spaced frequencies ``linspace(1, max_freq)``.
+
+    ``(..., in_dim) -> (..., num_features)``.
+
+    Args:
+        in_dim: number of coordinates.
+        num_features: output width (F per direction, an even number).
+        max_freq: highest frequency in cycles per unit domain (``2**p`` in the paper).
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the frequency buffer.
+    """
+
+    width_param = "max_freq"
+    width_increases_smoothness = False
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        max_freq: float = 64.0,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.max_freq = check_positive_float("max_freq", max_freq)
+        if self.max_freq < 1.0:
+            raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
+        half = self.features_per_direction // 2
+        freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64)
+        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self._finalize()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
+
+
+@register_encoding("logf")
+class LogFourierEncoding(_FourierBase):
+    """Fourier features with F/2 log-spaced frequencies ``2**linspace(0, log2(max_freq))``.
+
+    The NeRF-style encoding. ``(..., in_dim) -> (..., num_features)``.
+
+    Args:
+        in_dim: number of coordinates.
+        num_features: output width (F per direction, an even number).
+        max_freq: highest frequency in cycles per unit domain (``2**p`` in the paper).
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the frequency buffer.
+    """
+
+    width_param = "max_freq"
+    width_increases_smoothness = False
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        max_freq: float = 64.0,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.max_freq = check_positive_float("max_freq", max_freq)
+        if self.max_freq < 1.0:
+            raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
+        half = self.features_per_direction // 2
+        freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64)
+        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self._finalize()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
+
+
+@register_encoding("rff")
+class RandomFourierEncoding(_FourierBase):
+    """Random Fourier features: frequencies drawn from N(0, sigma^2), seeded.
+
+    In ``"full"`` mode (the default) a frequency matrix ``B`` of shape
+    ``(num_features/2, in_dim)`` mixes all coordinates:
+    ``[sin(2*pi*u B^T), cos(2*pi*u B^T)]``. In ``"separable"``/``"four_direction"``/
+    ``"product"`` mode each direction has its own ``F/2`` frequencies.
+
+    The expected inner product of two encodings is
+    ``(F/2) * exp(-2 * pi^2 * sigma^2 * |x - y|^2)``, the same kernel as a Gaussian
+    basis of width ``1 / (2 * sqrt(2) * pi * sigma)``.
+
+    Args:
+        in_dim: number of coordinates.
+        num_features: output width (an even number per direction).
+        sigma: standard deviation of the frequencies, in cycles per unit domain.
+        seed: seed of the frequency draw (``reset_parameters`` redraws it).
+        mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
+        device, dtype: of the frequency buffer.
+    """
+
+    supported_modes = ("full", "separable", "four_direction", "product")
+    width_param = "sigma"
+    width_increases_smoothness = False
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        sigma: float = 10.0,
+        seed: int = 0,
+        mode: str = "full",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.sigma = check_positive_float("sigma", sigma)
+        self.seed = check_positive_int("seed", seed, minimum=0)
+        half = self.features_per_direction // 2
+        shape = (half, in_dim) if mode == "full" else (self.num_directions, half)
+        dtype = dtype or torch.get_default_dtype()
+        self.register_buffer("freqs", torch.empty(shape, device=device, dtype=dtype))
+        self.reset_parameters()
+        self._finalize()
+
+    def reset_parameters(self) -> None:
+        """Redraw the frequencies from N(0, sigma^2) with ``seed`` (on the CPU, then moved)."""
+        gen = torch.Generator().manual_seed(self.seed)
+        draw = torch.randn(self.freqs.shape, generator=gen, dtype=torch.float64) * self.sigma
+        with torch.no_grad():
+            self.freqs.copy_(draw.to(self.freqs.dtype))
+
+    def compute_row_scale(self) -> torch.Tensor:
+        if self.mode == "full":
+            return torch.tensor(self.num_features / 2.0, dtype=torch.float64).rsqrt()
+        return super().compute_row_scale()
+
+    def encode_full(self, u: torch.Tensor) -> torch.Tensor:
+        phase = 2.0 * math.pi * (u @ self.freqs.to(u.dtype).T)
+        return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, sigma={self.sigma:g}, seed={self.seed}"

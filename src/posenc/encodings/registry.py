@@ -1,0 +1,99 @@
+"""One string factory for every encoding: ``create_encoding("gaussian", sigma=0.01)``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from torch import nn
+
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {}
+
+T = TypeVar("T", bound=Callable[..., nn.Module])
+
+
+def register_encoding(name: str, **defaults: Any) -> Callable[[T], T]:
+    """Class decorator registering an encoding under ``name``.
+
+    ``defaults`` are keyword arguments bound at creation (so one class can be
+    registered under several names, e.g. the circulant generators). Registering
+    a name twice is an error.
+    """
+
+    def decorator(factory: T) -> T:
+        if name in _REGISTRY:
+            raise ValueError(f"encoding name {name!r} is already registered")
+        if defaults:
+            def make(**kwargs: Any) -> nn.Module:
+                clash = sorted(set(defaults) & set(kwargs))
+                if clash:
+                    raise TypeError(f"encoding {name!r} fixes {', '.join(clash)}; do not pass it")
+                return factory(**defaults, **kwargs)
+
+            make.__doc__ = factory.__doc__
+            make.__wrapped__ = factory  # type: ignore[attr-defined]
+            make.fixed = defaults  # type: ignore[attr-defined]
+            _REGISTRY[name] = make
+        else:
+            _REGISTRY[name] = factory
+        return factory
+
+    return decorator
+
+
+def _ensure_loaded() -> None:
+    # Importing the modules runs their @register_encoding decorators.
+    import posenc.encodings.basis  # noqa: F401
+    import posenc.encodings.fourier  # noqa: F401
+
+
+def available_encodings() -> list[str]:
+    """Names accepted by :func:`create_encoding`, sorted."""
+    _ensure_loaded()
+    return sorted(_REGISTRY)
+
+
+def encoding_class(name: str) -> type:
+    """The class behind a registered name."""
+    _ensure_loaded()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown encoding {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    factory = _REGISTRY[name]
+    return getattr(factory, "__wrapped__", factory)  # type: ignore[return-value]
+
+
+def encoding_parameters(name: str) -> dict[str, Any]:
+    """Constructor arguments of ``name`` with their defaults (fixed ones excluded)."""
+    cls = encoding_class(name)
+    fixed = getattr(_REGISTRY[name], "fixed", {})
+    sig = inspect.signature(cls)
+    return {
+        p.name: (None if p.default is inspect.Parameter.empty else p.default)
+        for p in sig.parameters.values()
+        if p.name not in fixed and p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+
+
+def create_encoding(name: str, **kwargs: Any) -> nn.Module:
+    """Build a registered encoding by name.
+
+    Args:
+        name: one of :func:`available_encodings`.
+        **kwargs: constructor arguments of that encoding.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+        TypeError: an argument the encoding does not take.
+    """
+    _ensure_loaded()
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"unknown encoding {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    allowed = encoding_parameters(name)
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"encoding {name!r} got unexpected argument(s) {', '.join(unknown)}; "
+            f"it takes {', '.join(allowed)}"
+        )
+    return _REGISTRY[name](**kwargs)

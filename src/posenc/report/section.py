@@ -1,0 +1,71 @@
+"""What a reproduction section is: a plan of independent jobs, a summary, a rendering.
+
+A section ties one experiment module (``posenc.experiments.<name>``: frozen
+configs and pure ``run(config) -> dict`` functions) to the report. The runner
+executes the planned jobs one by one (skipping those already on disk), passes
+every job's result to ``summarize`` (pure data in, JSON-serialisable data out)
+and hands the summary to ``render``, which returns markdown and saves figures
+through the :class:`FigureSaver` it is given.
+
+Because jobs are independent pure functions of their config, a sweep can be run
+by any engine: ``posenc reproduce SECTION --shard i/n`` runs every n-th job, and
+``posenc reproduce --list-jobs --json`` lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+PROFILES = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One independent unit of work.
+
+    Args:
+        key: unique within the section; letters, digits, ``-``, ``_``, ``.`` and ``=``.
+        run: a pure function ``config -> JSON-serialisable dict``.
+        config: a frozen dataclass (stored beside the result, hashed to detect changes).
+        cost: a rough relative cost, used only to weight the progress bar.
+    """
+
+    key: str
+    run: Callable[[Any], dict]
+    config: Any
+    cost: float = 1.0
+
+    def config_dict(self) -> dict:
+        if dataclasses.is_dataclass(self.config):
+            return dataclasses.asdict(self.config)
+        return dict(self.config)
+
+
+class FigureSaver(Protocol):
+    def __call__(self, name: str, figure: Any) -> str:
+        """Save a matplotlib figure as PNG and return its file name for markdown."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """A registered reproduction section.
+
+    Args:
+        name: the CLI name (``posenc reproduce NAME``).
+        title: the heading in ``report.md``.
+        plan: ``(profile, seeds) -> list[Job]``; ``seeds`` is ``None`` for the
+            profile's default number of seeds.
+        summarize: ``{job key: result} -> summary`` (JSON-serialisable).
+        render: ``(summary, save_figure) -> markdown`` (no heading; the runner adds it).
+        quick_budget_s: the section's share of the quick profile's 10-minute budget.
+    """
+
+    name: str
+    title: str
+    plan: Callable[[str, int | None], list[Job]]
+    summarize: Callable[[dict[str, dict]], dict]
+    render: Callable[[dict, FigureSaver], str]
+    quick_budget_s: float = 150.0
