@@ -219,14 +219,17 @@ class CoordinateEncoding(Encoding):
     def max_sq_norm_1d(self) -> torch.Tensor:
         """Largest squared norm of the 1D features per direction, shape ``(K,)``.
 
-        The default evaluates the 1D map on a dense grid of the unit interval
-        (16,384 points plus the grid of the features themselves); subclasses with
-        a closed form override it.
+        The default suits shifted bases on a uniform grid of F centres, whose
+        squared norm is periodic with period ``1/F`` away from the domain's ends:
+        it evaluates 257 evenly spaced points of the unit interval plus 65 points
+        across one period in the middle. Subclasses with a closed form override it.
         """
-        grid = torch.linspace(0.0, 1.0, 16385, dtype=torch.float64)
-        if self.features_per_direction > 1:
-            extra = torch.arange(self.features_per_direction, dtype=torch.float64) / self.features_per_direction
-            grid = torch.cat((grid, extra))
+        num = self.features_per_direction
+        mid = (num // 2) / num
+        grid = torch.cat((
+            torch.linspace(0.0, 1.0, 257, dtype=torch.float64),
+            mid + torch.linspace(0.0, 1.0 / num, 65, dtype=torch.float64),
+        ))
         t = grid[:, None].expand(-1, self.num_directions)
         return self.encode_1d(t).pow(2).sum(-1).amax(0)
 

@@ -1,0 +1,1 @@
+"""Models that consume positional encodings (coordinate networks, small transformers)."""

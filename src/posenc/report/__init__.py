@@ -1,0 +1,1 @@
+"""Results on disk, figures and the markdown report (imports matplotlib on demand)."""
