@@ -92,7 +92,7 @@ def check_finite(name: str, x: torch.Tensor) -> None:
     """Raise if ``x`` holds NaN or infinity (skipped under torch.compile)."""
     if _compiling():
         return
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+    if x.is_floating_point() and not bool(torch.isfinite(x.detach()).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf)")
 
@@ -102,7 +102,7 @@ def check_in_domain(name: str, x: torch.Tensor, low: float, high: float, *, tol:
     if _compiling() or x.numel() == 0:
         return
     slack = tol * (high - low)
-    lo, hi = float(x.min()), float(x.max())
+    lo, hi = float(x.detach().min()), float(x.detach().max())
     if lo < low - slack or hi > high + slack:
         raise ValueError(
             f"{name} must lie in the domain [{low}, {high}], got values in [{lo:.6g}, {hi:.6g}]; "

@@ -41,9 +41,13 @@ def gaussian_basis(
     """
     dtype = compute_dtype(t.dtype)
     diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
-    out = torch.exp(diff.square() * (-0.5 / sigma**2))
-    if truncate is not None:
-        out = out.masked_fill(diff.abs() > truncate * sigma, 0.0)
+    far = diff.abs() > truncate * sigma if truncate is not None else None
+    if diff.requires_grad:
+        out = torch.exp(diff.square() * (-0.5 / sigma**2))
+    else:  # one buffer, three in-place passes: the output is the only large allocation
+        out = diff.square_().mul_(-0.5 / sigma**2).exp_()
+    if far is not None:
+        out = out.masked_fill_(far, 0.0) if not out.requires_grad else out.masked_fill(far, 0.0)
     return out
 
 
@@ -51,7 +55,9 @@ def triangle_basis(t: torch.Tensor, centres: torch.Tensor, width: float) -> torc
     """Hat functions ``max(0, 1 - |t - c| / width)``: ``(..., K) -> (..., K, F)``."""
     dtype = compute_dtype(t.dtype)
     diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
-    return (1.0 - diff.abs() / width).clamp_min(0.0)
+    if diff.requires_grad:
+        return (1.0 - diff.abs() / width).clamp_min(0.0)
+    return diff.abs_().mul_(-1.0 / width).add_(1.0).clamp_min_(0.0)
 
 
 @register_encoding("gaussian")

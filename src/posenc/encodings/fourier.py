@@ -31,8 +31,19 @@ def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         ``(..., K, F)`` with the F/2 sines first, then the F/2 cosines.
     """
     dtype = compute_dtype(t.dtype)
-    phase = 2.0 * math.pi * t.to(dtype)[..., None] * freqs.to(device=t.device, dtype=dtype)
-    return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
+    phase = (2.0 * math.pi) * t.to(dtype)[..., None] * freqs.to(device=t.device, dtype=dtype)
+    return _sincos(phase)
+
+
+def _sincos(phase: torch.Tensor) -> torch.Tensor:
+    """``[sin(phase), cos(phase)]`` along the last dimension, written into one buffer."""
+    if phase.requires_grad:
+        return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
+    half = phase.shape[-1]
+    out = phase.new_empty((*phase.shape[:-1], 2 * half))
+    torch.sin(phase, out=out[..., :half])
+    torch.cos(phase, out=out[..., half:])
+    return out
 
 
 class _FourierBase(CoordinateEncoding):
@@ -224,8 +235,8 @@ class RandomFourierEncoding(_FourierBase):
         return super().compute_row_scale()
 
     def encode_full(self, u: torch.Tensor) -> torch.Tensor:
-        phase = 2.0 * math.pi * (u @ self.freqs.to(u.dtype).T)
-        return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
+        phase = (u @ self.freqs.to(u.dtype).T).mul_(2.0 * math.pi)
+        return _sincos(phase)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, sigma={self.sigma:g}, seed={self.seed}"

@@ -77,7 +77,7 @@ class Fit1DConfig:
     seed: int = 0
     iters: int = 2000
     lr: float = 1e-3
-    threads: int = 2
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class Fit2DConfig:
     iters: int = 1000
     lr: float = 1e-3
     hidden: int = 256
-    threads: int = 2
+    threads: int = 1
 
 
 # ----------------------------------------------------------------------------- jobs
