@@ -192,6 +192,10 @@ def circulant_generator(
 @register_encoding("sine", generator="sine")
 @register_encoding("random", generator="random")
 class CirculantEncoding(CoordinateEncoding):
+    #: Up to this many features per direction, the F x F circulant matrix is cached
+    #: and positions gather its rows (16 MiB in float32 at the limit).
+    table_limit = 2048
+
     """Rows of ``circulant(c)``: ``psi_i(x) = c[(round(x F) - i) mod F]``.
 
     The paper's circulant family (Sec. 4): every row is a cyclic shift of one
@@ -234,6 +238,7 @@ class CirculantEncoding(CoordinateEncoding):
         self.sigma, self.freq, self.seed = sigma, freq, seed
         c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed)
         self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
         self._finalize()
 
     def max_sq_norm_1d(self) -> torch.Tensor:
@@ -242,9 +247,17 @@ class CirculantEncoding(CoordinateEncoding):
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
         num = self.features_per_direction
-        idx = torch.round(t.to(compute_dtype(t.dtype)) * num).long()
+        dtype = compute_dtype(t.dtype)
+        idx = torch.remainder(torch.round(t.to(dtype) * num).long(), num)
+        c = self.generator_vector.to(device=t.device, dtype=dtype)
+        if num <= self.table_limit:
+            # Gather whole rows of the F x F circulant matrix (one contiguous copy per position).
+            table = self._table
+            if table is None or table.device != c.device or table.dtype != dtype:
+                shift = torch.remainder(torch.arange(num, device=c.device)[:, None] - torch.arange(num, device=c.device), num)
+                table = self._table = c[shift]
+            return table[idx]
         shift = torch.remainder(idx[..., None] - torch.arange(num, device=t.device), num)
-        c = self.generator_vector.to(device=t.device, dtype=compute_dtype(t.dtype))
         return c[shift]
 
     def extra_repr(self) -> str:

@@ -55,7 +55,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             axes[0].plot(sig, [e["train_psnr"]["mean"] for e in entries], ls=":", label=f"{name} {model} N={n[1:]} train")
     axes[0].set_xscale("log")
     axes[0].set_ylim(0, 80)
-    axes[0].set_xlabel("Gaussian sigma (RFF at the matched frequency scale)")
+    axes[0].set_xlabel("Gaussian sigma (RFF: the Gaussian sigma with the same kernel)")
     axes[0].set_ylabel("PSNR (dB)")
     axes[0].legend(fontsize=6)
     theory = summary.get("theory") or {}
@@ -78,8 +78,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         for e in entries:
             sweep_rows.append([name, model, n[1:], f"{e['sigma']:.2e}", fmt_ms(e["train_psnr"]), fmt_ms(e["test_psnr"]),
                                f"{e['stable_rank']:.1f}", f"{e['dp_width']:.4f}"])
-    parts.append(markdown_table(["encoding", "model", "N", "sigma", "train PSNR", "test PSNR", "stable rank",
-                                 "DP width"], sweep_rows))
+    parts.append(markdown_table(["encoding", "model", "samples", "sigma (RFF: matched Gaussian sigma)", "train PSNR",
+                                 "test PSNR", "stable rank", "DP width"], sweep_rows))
 
     parts += ["", "### Does `suggest_bandwidth` find the best sigma without training?", ""]
     parts.append(markdown_table(
