@@ -109,7 +109,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     if c:
         lines.append(
             f"- *Faster convergence (disk):* LFF + MLP AUC {c['lff_mlp_auc']:.3f} vs the best other encoding "
-            f"({LABELS.get(c['best_other'], c['best_other'])}) {c['best_other_auc']:.3f}: {_verdict(c['holds'])}."
+            f"({LABELS.get(c['best_other'], c['best_other'])}) {c['best_other_auc']:.3f}: {_verdict(c['holds'])}"
+            + (" (the difference is within one std over seeds)." if c.get("within_noise") else ".")
         )
     c = claims.get("best_final_disk")
     if c:
@@ -161,7 +162,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         if c:
             lines.append("")
             lines.append(f"- *U-shaped sensitivity to the initial scale:* best std {c['best_std']:g} "
-                         f"(an interior value is the U shape): {_verdict(c['holds'])}.")
+                         f"(an interior value is the U shape), margin to the better end {c['margin_to_ends']:.3f}: "
+                         f"{_verdict(c['holds'])}" + (" but within one std over seeds." if c["within_noise"] else "."))
     disk = summary.get("grid", {}).get("disk", {})
     iso_rows = [(e, r) for e, r in disk.items() if "anisotropy_trained" in r]
     if iso_rows:
