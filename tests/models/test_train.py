@@ -99,3 +99,47 @@ def test_bad_config():
         train(nn.Linear(3, 1), sample, loss_fn, TrainConfig(steps=0))
     with pytest.raises(ValueError, match="lr"):
         train(nn.Linear(3, 1), sample, loss_fn, TrainConfig(lr=-1.0))
+
+
+def test_ddp_wrapping_when_initialised(tmp_path):
+    import torch.distributed as dist
+
+    seen = []
+    sample, loss_fn = _problem()
+
+    def spy(model, batch):
+        seen.append(type(model).__name__)
+        return loss_fn(model, batch)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = nn.Linear(3, 1)
+        hist = train(model, sample, spy, TrainConfig(steps=3))
+    finally:
+        dist.destroy_process_group()
+    assert seen == ["DistributedDataParallel"] * 3 and hist["world_size"] == 1
+    assert len(hist["loss"]) == 3
+
+
+def test_tiny_vit_learns_digits():
+    from posenc.data.grid_tasks import digits_images
+    from posenc.encodings import LearnableFourierEncoding
+    from posenc.models import TinyViT
+
+    data = digits_images(upsample=2, seed=0)
+    torch.manual_seed(0)
+    vit = TinyViT(patch_size=4, dim=32, num_heads=4, positions="continuous",
+                  encoding=LearnableFourierEncoding(in_dim=2, num_features=32, gamma=0.5))
+
+    def sample(step, gen):
+        idx = torch.randint(len(data["y_train"]), (64,), generator=gen)
+        return data["x_train"][idx], data["y_train"][idx]
+
+    def loss_fn(model, batch):
+        return F.cross_entropy(model(batch[0]), batch[1]), {}
+
+    def evaluate(model):
+        return {"acc": float((model(data["x_test"]).argmax(-1) == data["y_test"]).float().mean())}
+
+    hist = train(vit, sample, loss_fn, TrainConfig(steps=150, lr=3e-3, warmup_steps=10), evaluate=evaluate)
+    assert hist["evals"][-1]["acc"] > 0.5  # chance is 0.1

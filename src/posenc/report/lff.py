@@ -148,7 +148,9 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             lines.append("")
             lines.append(
                 f"- *Tables cannot generalise to unseen positions:* bacc drop (seen − held-out) learned 2D table "
-                f"{d['table2d']:+.3f} vs LFF + MLP {d['lff_mlp']:+.3f}: {_verdict(c['holds'])}."
+                f"{d['table2d']:+.3f} vs LFF + MLP {d['lff_mlp']:+.3f}: {_verdict(c['holds'])}"
+                + ("." if c.get("informative", True) else
+                   " — uninformative here: the table did not learn the region it saw either (seen bacc <= 0.6).")
             )
     scale = summary.get("scale", {})
     if scale:
