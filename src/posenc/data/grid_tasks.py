@@ -93,7 +93,6 @@ def _uniform_points(shape: tuple[int, int], generator: torch.Generator,
     pts = torch.rand(*shape, 2, generator=generator) * 2 - 1
     if exclude is None:
         return pts
-    x0, x1, y0, y1 = exclude
     for _ in range(100):
         bad = in_box(pts, exclude)
         if not bool(bad.any()):
