@@ -46,6 +46,14 @@ def test_isotropy_of_sinusoidal_is_separable_and_lff_init_is_isotropic():
     assert lff.isotropy(sine, "table2d", 8) is None
 
 
+def test_run_signal_shows_the_mlp_shrinks_the_position_dependent_part():
+    res = lff.run_signal(lff.SignalConfig(grid=4, dim=16, heads=2, hidden=8, samples=8))
+    assert set(res) == set(lff.ENCODINGS) - {"none"}
+    for r in res.values():
+        assert 0 <= r["position_dependent"] <= r["total"] + 1e-9
+    json.dumps(res)
+
+
 def test_run_grid_and_holdout_tiny_and_json():
     res = lff.run_grid(lff.GridConfig(encoding="lff_mlp", **TINY))
     assert len(res["loss_curve"]) == 6 and [e["step"] for e in res["evals"]] == [3, 6]
@@ -63,6 +71,7 @@ def test_plan_keys_unique_and_profiles():
     keys = [j.key for j in quick]
     assert len(keys) == len(set(keys))
     assert any(k.startswith("scale.") for k in keys) and any(k.startswith("holdout.") for k in keys)
+    assert any(k.startswith("signal.") for k in keys)
     assert len(lff.plan("quick", 3)) == 3 * len(quick) // 2
     assert len(lff.plan("full")) > len(quick)
 
@@ -88,6 +97,8 @@ def test_summarize_and_render_on_fake_results(tmp_path):
                 results[f"grid.{task}.{enc}.s{seed}"] = _fake(enc, task, seed, bacc)
         for std in (0.3, 30.0):
             results[f"scale.std={std:g}.s{seed}"] = _fake("lff_mlp", "disk", seed, 0.6)
+        results[f"signal.s{seed}"] = {e: {"total": 1.0, "position_dependent": 0.1 * (seed + 1)}
+                                      for e in lff.ENCODINGS if e != "none"}
         for enc in ("table2d", "lff_mlp"):
             m = {"bce": 0.2, "acc": 0.8, "bacc": 0.6 if enc == "table2d" else 0.9}
             results[f"holdout.{enc}.s{seed}"] = {"heldout": m, "seen": {**m, "bacc": 0.9}}
@@ -97,6 +108,7 @@ def test_summarize_and_render_on_fake_results(tmp_path):
     assert c["faster_convergence"]["holds"] and c["best_final_disk"]["holds"]
     assert c["tables_fail_on_unseen"]["holds"] and c["u_shaped_scale"]["holds"]
     assert summary["grid"]["disk"]["table2d"]["final_bacc"]["std"] > 0
+    assert abs(summary["signal"]["lff_mlp"]["position_dependent"]["mean"] - 0.15) < 1e-9
     saved = []
 
     def save(name, fig):
@@ -104,6 +116,6 @@ def test_summarize_and_render_on_fake_results(tmp_path):
         return f"lff_{name}.png"
 
     md = render(summary, save)
-    assert "± " in md and "confirmed at this scale" in md and "![" in md
+    assert "± " in md and "confirmed at this scale" in md and "![" in md and "Positional signal" in md
     assert set(saved) == {"curves", "isotropy", "scale"}
     assert SECTION.name == "lff" and SECTION.quick_budget_s <= 120

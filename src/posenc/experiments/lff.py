@@ -99,6 +99,20 @@ class HoldoutConfig:
     threads: int = 1
 
 
+@dataclass(frozen=True)
+class SignalConfig:
+    """Size of each encoding's position-dependent signal at initialisation (no training)."""
+
+    seed: int = 0
+    grid: int = 8
+    dim: int = 32
+    depth: int = 2
+    heads: int = 4
+    hidden: int = 32
+    freq_std: float = 3.0
+    samples: int = 256
+
+
 # ------------------------------------------------------------------ encodings
 def build_encoding(name: str, dim: int, grid: int, hidden: int, freq_std: float, seed: int) -> nn.Module | None:
     """The encoding called ``name`` in this section, width ``dim``."""
@@ -261,6 +275,27 @@ def run_holdout(cfg: HoldoutConfig) -> dict:
     }
 
 
+def run_signal(cfg: SignalConfig) -> dict:
+    """RMS of each encoding's features over the grid, and of their position-dependent part
+    (features minus their mean over the cells), relative to the RMS of the token embeddings,
+    at initialisation. A small position-dependent part means the transformer starts nearly
+    blind to position."""
+    torch.set_num_threads(1)
+    data = grid_radius_task(cfg.samples, torch.Generator().manual_seed(0), grid=cfg.grid)
+    out = {}
+    for name in ENCODINGS:
+        if name == "none":
+            continue
+        model, _ = _model(GridConfig(encoding=name, seed=cfg.seed, grid=cfg.grid, dim=cfg.dim, depth=cfg.depth,
+                                     heads=cfg.heads, hidden=cfg.hidden, freq_std=cfg.freq_std), cfg.grid)
+        with torch.no_grad():
+            tok = float(model.embed(data["tokens"]).pow(2).mean().sqrt())
+            feats = model.position_features(encoding_input(name, data["coords"], cfg.grid))
+            out[name] = {"total": float(feats.pow(2).mean().sqrt()) / tok,
+                         "position_dependent": float((feats - feats.mean(0)).pow(2).mean().sqrt()) / tok}
+    return out
+
+
 # ------------------------------------------------------------------ plan
 PROFILES = {
     # quick: a 6x6 grid and few steps, to fit the 120 s budget on 2 shared cores. The 1D
@@ -294,6 +329,7 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
                 continue  # the main grid job already covers it
             cfg = GridConfig(encoding="lff_mlp", task="disk", seed=seed, freq_std=std, **common)
             jobs.append(Job(f"scale.std={std:g}.s{seed}", run_grid, cfg, cost=1.0))
+        jobs.append(Job(f"signal.s{seed}", run_signal, SignalConfig(seed=seed, grid=p["grid"]), cost=0.1))
         for enc in p["holdout_encodings"]:
             cfg = HoldoutConfig(encoding=enc, seed=seed, grid=p["grid"], steps=p["holdout_steps"],
                                 batch=p["batch"], num_points=p["holdout_points"], eval_samples=p["eval_samples"])
@@ -320,6 +356,7 @@ def summarize(results: dict[str, dict]) -> dict:
     grid: dict[str, dict[str, list[dict]]] = {}
     scale: dict[float, list[dict]] = {}
     holdout: dict[str, list[dict]] = {}
+    signal_runs: list[dict] = []
     for key, res in results.items():
         parts = _parse(key)
         if parts[0] == "grid":
@@ -328,6 +365,8 @@ def summarize(results: dict[str, dict]) -> dict:
             scale.setdefault(float(parts[1].split("=")[1]), []).append(res)
         elif parts[0] == "holdout":
             holdout.setdefault(parts[1], []).append(res)
+        elif parts[0] == "signal":
+            signal_runs.append(res)
     base_std = GridConfig().freq_std
     if "disk" in grid and "lff_mlp" in grid["disk"]:
         scale.setdefault(base_std, []).extend(grid["disk"]["lff_mlp"])
@@ -437,6 +476,11 @@ def summarize(results: dict[str, dict]) -> dict:
             "lff_mlp": disk["lff_mlp"]["anisotropy_trained"]["mean"],
             "sine2d": disk["sine2d"]["anisotropy_trained"]["mean"],
         }
+    signal = {
+        enc: {k: mean_std([r[enc][k] for r in signal_runs]) for k in ("total", "position_dependent")}
+        for enc in ENCODINGS if signal_runs and enc in signal_runs[0]
+    }
     n_seeds = max((len(v) for by in grid.values() for v in by.values()), default=0)
     return {"grid": table, "curves": curves, "holdout": hold_table,
-            "scale": {str(k): v for k, v in scale_table.items()}, "claims": claims, "seeds": n_seeds}
+            "scale": {str(k): v for k, v in scale_table.items()}, "signal": signal, "claims": claims,
+            "seeds": n_seeds}

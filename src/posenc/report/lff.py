@@ -84,8 +84,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         f"tiny pre-LN transformer, {summary.get('seeds', 0)} seeds per cell, mean ± std over seeds. "
         "bacc = balanced accuracy ((TPR+TNR)/2, chance 0.5) on held-out samples; AUC = mean training BCE over "
         "all steps (lower = faster convergence); steps to target = first evaluation with test bacc >= "
-        f"{exp.GridConfig().target_bacc} among the seeds that reached it; pos/token RMS = size of the positional "
-        "features relative to the token embeddings at initialisation. The learned 1D table over the flattened "
+        f"{exp.GridConfig().target_bacc} among the seeds that reached it. The learned 1D table over the flattened "
         "cells is the learned 2D table on a fixed grid (same parameters and draws), so their rows coincide.",
         "",
     ]
@@ -93,15 +92,13 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         lines += [
             f"**{task} task**",
             "",
-            "| encoding | AUC train loss | final test BCE | final test bacc | reached target | steps to target | "
-            "pos/token RMS at init | tokens/s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| encoding | AUC train loss | final test BCE | final test bacc | reached target | steps to target | tokens/s |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for enc, r in rows.items():
             lines.append(
                 f"| {LABELS[enc]} | {_ms(r['auc_loss'])} | {_ms(r['final_bce'])} | {_ms(r['final_bacc'])} | "
-                f"{r['reached_target']} | {_ms(r['steps_to_target'], '.0f')} | {_ms(r['pos_to_token_rms_init'], '.2f')} | "
-                f"{_ms(r['tokens_per_s'], '.0f')} |"
+                f"{r['reached_target']} | {_ms(r['steps_to_target'], '.0f')} | {_ms(r['tokens_per_s'], '.0f')} |"
             )
         lines.append("")
     claims = summary.get("claims", {})
@@ -128,6 +125,19 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             + "; ".join(f"{LABELS[e]} {v['disk_gain']:+.3f} / {v['square_gain']:+.3f}" for e, v in c["gains"].items())
             + " (disk / square)."
         )
+    signal = summary.get("signal", {})
+    if signal:
+        lines += [
+            "",
+            "**Positional signal at initialisation** (no training): RMS of the encoding over the grid cells and "
+            "of its position-dependent part (minus the mean over cells), relative to the RMS of the token "
+            "embeddings. The transformer must amplify a small position-dependent part before it can use it.",
+            "",
+            "| encoding | total / token | position-dependent / token |",
+            "|---|---:|---:|",
+        ]
+        for enc, r in signal.items():
+            lines.append(f"| {LABELS[enc]} | {_ms(r['total'])} | {_ms(r['position_dependent'])} |")
     hold = summary.get("holdout", {})
     if hold:
         lines += [
