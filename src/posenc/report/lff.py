@@ -180,7 +180,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     iso_rows = [(e, r) for e, r in disk.items() if "anisotropy_trained" in r]
     if iso_rows:
         lines += ["", "**Isotropy** of the encoding's cosine similarity to the grid centre: mean |axis − diagonal| "
-                  "over distances 0.5 … G/2−0.5 cells (0 = isotropic):", "",
+                  "over distances 0.5 … G/2−0.5 cells (0 = isotropic; raw features, constant part included):", "",
                   "| encoding | at init | after training (disk) |", "|---|---:|---:|"]
         for e, r in iso_rows:
             lines.append(f"| {LABELS[e]} | {_ms(r['anisotropy_init'])} | {_ms(r['anisotropy_trained'])} |")
