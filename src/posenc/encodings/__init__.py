@@ -23,6 +23,18 @@ from posenc.encodings.basis import (  # noqa: E402
     gaussian_basis,
     triangle_basis,
 )
+from posenc.encodings.sinusoidal import (  # noqa: E402
+    SinusoidalEncoding,
+    sinusoidal_features,
+    sinusoidal_frequencies,
+)
+from posenc.encodings.learnable import (  # noqa: E402
+    CoordinateMLPEncoding,
+    LearnableFourierEncoding,
+    LearnedTableEncoding,
+    learnable_fourier_features,
+    resample_table,
+)
 
 __all__ = [
     "Encoding",
@@ -43,4 +55,12 @@ __all__ = [
     "gaussian_basis",
     "triangle_basis",
     "circulant_generator",
+    "SinusoidalEncoding",
+    "sinusoidal_features",
+    "sinusoidal_frequencies",
+    "LearnedTableEncoding",
+    "LearnableFourierEncoding",
+    "CoordinateMLPEncoding",
+    "learnable_fourier_features",
+    "resample_table",
 ]

@@ -46,6 +46,8 @@ def _ensure_loaded() -> None:
     # Importing the modules runs their @register_encoding decorators.
     import posenc.encodings.basis  # noqa: F401
     import posenc.encodings.fourier  # noqa: F401
+    import posenc.encodings.learnable  # noqa: F401
+    import posenc.encodings.sinusoidal  # noqa: F401
 
 
 def available_encodings() -> list[str]:

@@ -1,1 +1,19 @@
-"""Models that consume positional encodings (coordinate networks, small transformers)."""
+"""Models that consume positional encodings: coordinate networks (``coordinate``) and
+small transformer testbeds (a pre-LN encoder, a tiny ViT and a training loop)."""
+
+from posenc.models.train import DistInfo, TrainConfig, lr_factor, train
+from posenc.models.transformer import Block, SelfAttention, TransformerEncoder, encode_positions
+from posenc.models.vit import TinyViT, patch_positions
+
+__all__ = [
+    "Block",
+    "DistInfo",
+    "SelfAttention",
+    "TinyViT",
+    "TrainConfig",
+    "TransformerEncoder",
+    "encode_positions",
+    "lr_factor",
+    "patch_positions",
+    "train",
+]

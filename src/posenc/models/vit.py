@@ -1,0 +1,139 @@
+"""A tiny Vision Transformer over images of any size (Dosovitskiy et al., ICLR 2021).
+
+Images are cut into non-overlapping ``patch_size`` patches (a strided
+convolution), each patch gets the positional encoding of its grid position,
+an optional learned CLS token (no positional encoding) is prepended, and the
+pre-LN encoder of :mod:`posenc.models.transformer` follows. The class logits
+come from the CLS token, or from the mean of the patch tokens without one.
+
+Patch positions are given to the encoding as one of:
+
+* ``"index"``: integer ``(row, col)`` grid indices (learned tables, sinusoidal);
+* ``"continuous"``: patch centres mapped to ``[-1, 1]`` per axis at every
+  resolution (LFF, coordinate MLPs; the convention CAPE uses for 2D).
+
+A :class:`~posenc.encodings.LearnedTableEncoding` is used through its
+``table(grid)`` method, so a resolution change resamples the table (if the
+table allows it) instead of indexing out of range.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc._checks import check_choice, check_positive_int, check_tensor
+from posenc.models.transformer import AttentionFactory, TransformerEncoder
+
+
+def patch_positions(rows: int, cols: int, kind: str = "index", *, device=None,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Positions of a ``rows x cols`` patch grid, row-major: ``(rows * cols, 2)``.
+
+    Args:
+        rows, cols: grid size.
+        kind: ``"index"`` (integer ``(r, c)`` as ``int64``) or ``"continuous"``
+            (centres ``(2 i + 1) / n - 1`` in ``[-1, 1]``, in ``dtype``).
+    """
+    check_positive_int("rows", rows)
+    check_positive_int("cols", cols)
+    check_choice("kind", kind, ("index", "continuous"))
+    r = torch.arange(rows, device=device)
+    c = torch.arange(cols, device=device)
+    grid = torch.stack(torch.meshgrid(r, c, indexing="ij"), dim=-1).reshape(-1, 2)
+    if kind == "index":
+        return grid
+    sizes = torch.tensor([rows, cols], device=device, dtype=torch.float64)
+    return ((2.0 * grid.double() + 1.0) / sizes - 1.0).to(dtype)
+
+
+class TinyViT(nn.Module):
+    """Patch embedding + positional encoding + pre-LN encoder + class head.
+
+    ``images (B, C, H, W) -> logits (B, num_classes)``; ``H`` and ``W`` must be
+    multiples of ``patch_size`` but may change between calls.
+
+    Args:
+        in_channels: image channels.
+        num_classes: output classes.
+        patch_size: side of the square patches.
+        dim, depth, num_heads, mlp_ratio, attention, dropout: see
+            :class:`~posenc.models.transformer.TransformerEncoder`.
+        encoding: positional encoding of the patch grid (``out_dim == dim``) or ``None``.
+        positions: ``"index"`` or ``"continuous"`` (see :func:`patch_positions`).
+        cls_token: prepend a learned CLS token and classify from it.
+        seed: seed of the CLS token draw.
+        device, dtype: of the parameters created here.
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        patch_size: int = 4,
+        dim: int = 64,
+        depth: int = 2,
+        num_heads: int = 4,
+        encoding: nn.Module | None = None,
+        positions: str = "index",
+        cls_token: bool = True,
+        mlp_ratio: float = 2.0,
+        attention: AttentionFactory | None = None,
+        dropout: float = 0.0,
+        seed: int = 0,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("in_channels", in_channels)
+        check_positive_int("num_classes", num_classes)
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        self.positions_kind = check_choice("positions", positions, ("index", "continuous"))
+        self.patch_embed = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size, device=device, dtype=dtype)
+        self.encoder = TransformerEncoder(
+            dim, num_classes, dim=dim, depth=depth, num_heads=num_heads, encoding=encoding,
+            mlp_ratio=mlp_ratio, attention=attention, dropout=dropout, device=device, dtype=dtype,
+        )
+        # The patch embedding already projects to dim; the encoder's input Linear stays
+        # (a learned mixing of the patch features), which keeps the encoder reusable.
+        self.cls = nn.Parameter(torch.empty(1, 1, dim, device=device, dtype=dtype)) if cls_token else None
+        self.seed = seed
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.cls is not None:
+            gen = torch.Generator().manual_seed(self.seed)
+            with torch.no_grad():
+                self.cls.copy_((0.02 * torch.randn(self.cls.shape, generator=gen)).to(self.cls.dtype))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        check_tensor("images", images)
+        if images.dim() != 4:
+            raise ValueError(f"images must have shape (B, C, H, W), got {tuple(images.shape)}")
+        h, w = images.shape[-2:]
+        p = self.patch_size
+        if h % p or w % p:
+            raise ValueError(f"images height and width must be multiples of patch_size={p}, got {h}x{w}")
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, N, dim)
+        rows, cols = h // p, w // p
+        enc = self.encoder.encoding
+        pos_feats = None
+        pos = None
+        if enc is not None:
+            if hasattr(enc, "table"):
+                pos_feats = enc.table((rows, cols))
+            else:
+                pos = patch_positions(rows, cols, self.positions_kind, device=x.device, dtype=x.dtype)
+                pos_feats = self.encoder.position_features(pos)
+        x = self.encoder.embed(x)
+        if pos_feats is not None:
+            x = x + pos_feats.to(x.dtype)
+        if self.cls is not None:
+            x = torch.cat((self.cls.expand(x.shape[0], -1, -1).to(x.dtype), x), dim=1)
+            if pos is not None:  # the CLS token sits at no position; attentions that use positions get a zero one
+                pos = torch.cat((pos.new_zeros(1, pos.shape[-1]), pos), dim=0)
+        for block in self.encoder.blocks:
+            x = block(x, pos)
+        x = self.encoder.norm(x)
+        pooled = x[:, 0] if self.cls is not None else x.mean(dim=1)
+        return self.encoder.head(pooled)
