@@ -109,5 +109,13 @@ def run(quick: bool = False) -> dict:
             "time_ratio": ours.get("seconds", math.nan) / naive.get("seconds", math.nan) if "error" not in naive else None,
             "memory_ratio": ours.get("peak_rss_mb", math.nan) / naive.get("peak_rss_mb", math.nan) if "error" not in naive else None,
         }
-    return {"throughput": enc, "fit_image": {"size": size, "features": features, "encoding": "gaussian (separable)",
-                                             "models": fits}}
+    result = {"throughput": enc, "fit_image": {"size": size, "features": features, "encoding": "gaussian (separable)",
+                                               "models": fits}}
+    if not quick:
+        # The memory case: 512 x 512 with D = 1000 (the naive feature matrix alone is 1 GB).
+        ours = run_isolated("bench_coords", "fit_image_case", model="lstsq", naive=False, size=512, iters=1,
+                            features=1000, threads=threads)
+        naive = run_isolated("bench_coords", "fit_image_case", model="lstsq", naive=True, size=512, iters=1,
+                             features=1000, threads=threads)
+        result["fit_image"]["large"] = {"size": 512, "features": 1000, "posenc": ours, "naive": naive}
+    return result

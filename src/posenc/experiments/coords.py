@@ -207,7 +207,8 @@ def run_fit_2d(cfg: Fit2DConfig) -> dict:
         enc, pos[mask], img[mask], pos[~mask], img[~mask], cfg.model, iters=cfg.iters, lr=cfg.lr,
         hidden=cfg.hidden, seed=cfg.seed,
     )
-    return {"encoding": cfg.encoding, "params": dict(cfg.params), "model": cfg.model, "seed": cfg.seed,
+    name = cfg.encoding + (" (product)" if enc.mode == "product" else "")
+    return {"encoding": name, "params": dict(cfg.params), "model": cfg.model, "seed": cfg.seed,
             "out_dim": enc.out_dim, **res.as_dict()}
 
 
@@ -225,8 +226,8 @@ PROFILES = {
 }
 
 
-def _params(**kw) -> tuple[tuple[str, float], ...]:
-    return tuple(sorted((k, float(v)) for k, v in kw.items()))
+def _params(**kw) -> tuple[tuple[str, float | str], ...]:
+    return tuple(sorted((k, v if isinstance(v, str) else float(v)) for k, v in kw.items()))
 
 
 @functools.lru_cache(maxsize=32)
@@ -302,9 +303,12 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
         }
         two_d = [(name, params_2d[name], "mlp") for name in p["mlp_2d"]]
         two_d += [(name, params_2d[name], "lstsq") for name in ("gaussian", "rff", "logf")]
+        # The Kronecker (product) embedding lets one linear layer represent a non-additive image.
+        two_d.append(("gaussian", _params(sigma=sigma2, num_features=size // 2, mode="product"), "lstsq"))
         for name, params, model in two_d:
             cfg = Fit2DConfig(name, params, model, "china", size, seed, p["mlp_2d_iters"], hidden=p["hidden_2d"])
-            jobs.append(Job(f"image-{name}-{model}-s{seed}", run_fit_2d, cfg, cost=6.0 if model == "mlp" else 1.0))
+            tag = f"{name}_product" if dict(params).get("mode") == "product" else name
+            jobs.append(Job(f"image-{tag}-{model}-s{seed}", run_fit_2d, cfg, cost=6.0 if model == "mlp" else 1.0))
     return jobs
 
 

@@ -1,0 +1,76 @@
+"""Print the README's benchmark tables from ``benchmarks/results/*.json``.
+
+``python -m benchmarks.tables [--results DIR]`` writes markdown to stdout; the
+README's performance section is pasted from it, so every number there comes from
+a saved benchmark result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from posenc.report.tables import markdown_table
+
+
+def coords(r: dict) -> str:
+    t = r["throughput"]
+    rows = [[name, e["out_dim"], f"{e['coords_per_s'] / 1e6:.2f}", f"{e['seconds'] * 1e3:.0f}",
+             f"{e['ratio_to_floor']:.2f}"] for name, e in t["encodings"].items()]
+    out = [f"Encoding throughput, N = {t['n']:,} positions, D = {t['d']}, float32, {t['threads']} threads "
+           f"(floor: allocating and writing the N x D output, {t['alloc_write_floor_s'] * 1e3:.0f} ms):", "",
+           markdown_table(["encoding", "D", "M coords/s", "ms", "time / floor"], rows), ""]
+    f = r["fit_image"]
+    rows = []
+    for model, m in f["models"].items():
+        ours, naive = m["posenc"], m["naive"]
+        if "error" in ours or "error" in naive:
+            rows.append([model, m["iters"], "error", ours.get("error", ""), naive.get("error", ""), "", ""])
+            continue
+        rows.append([model, m["iters"], f"{ours['test_psnr']:.2f}", f"{ours['seconds']:.1f}", f"{naive['seconds']:.1f}",
+                     f"{m['time_ratio']:.2f}", f"{ours['peak_rss_mb']:.0f} / {naive['peak_rss_mb']:.0f}"])
+    out += [f"`fit-image` on a {f['size']}x{f['size']} photograph, {f['encoding']}, D = {f['features']}, "
+            "posenc (chunked) beside the naive loop (dense features of every pixel at once):", "",
+            markdown_table(["model", "steps", "test PSNR", "posenc s", "naive s", "time ratio", "peak MB posenc / naive"],
+                           rows)]
+    big = f.get("large")
+    if big:
+        out += ["", f"Memory at {big['size']}x{big['size']} with D = {big['features']} (lstsq): posenc peak "
+                f"{big['posenc'].get('peak_rss_mb', float('nan')):.0f} MB, naive peak "
+                f"{big['naive'].get('peak_rss_mb', float('nan')):.0f} MB."]
+    return "\n".join(out)
+
+
+def lff(r: dict) -> str:
+    enc = r["encodings_fwd_bwd"]
+    rows = [[name, f"{e['median_s'] * 1e3:.0f}", f"{e['ratio_to_sinusoidal']:.2f}"] for name, e in enc["results"].items()]
+    p = enc["params"]
+    out = [f"Forward + backward of each encoding, {p['positions']} positions x batch {p['batch']}, dim {p['dim']}:", "",
+           markdown_table(["encoding", "ms", "ratio to sinusoidal"], rows)]
+    tb = r.get("testbed_train_step")
+    if isinstance(tb, dict) and "results" in tb:
+        rows = [[name, f"{e['tokens_per_s']:,.0f}", f"{e['ratio_to_sine2d']:.2f}"] for name, e in tb["results"].items()]
+        out += ["", "Testbed training throughput:", "", markdown_table(["encoding", "tokens/s", "ratio to sinusoidal"], rows)]
+    return "\n".join(out)
+
+
+FORMATTERS = {"coords": coords, "lff": lff}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tables")
+    parser.add_argument("--results", default="benchmarks/results")
+    args = parser.parse_args()
+    for path in sorted(Path(args.results).glob("*.json")):
+        r = json.loads(path.read_text())
+        name = r.get("benchmark", path.stem)
+        fmt = FORMATTERS.get(name)
+        print(f"#### {name} ({r['environment']['date']}, torch {r['environment']['torch']})\n")
+        print(fmt(r) if fmt else "```json\n" + json.dumps({k: v for k, v in r.items() if k != "environment"},
+                                                          indent=1)[:3000] + "\n```")
+        print()
+
+
+if __name__ == "__main__":
+    main()
