@@ -217,10 +217,11 @@ PROFILES = {
     # quick: about two minutes on 2 cores; shorter training than the paper (said in the report).
     "quick": dict(seeds=2, num_rows=1, features=2048, iters=2000, mlp_iters=300, sweep=7, size=64,
                   mlp_2d_iters=200, hidden_2d=128, lengths=(256, 512), mlp_1d=("gaussian", "rff"),
-                  mlp_2d=("gaussian", "rff"), linear_sweep=False, mlp_signals=("china0", "flower0")),
+                  mlp_2d=("gaussian", "rff"), linear_sweep=False, mlp_signals=("china0", "flower0"), seeds_2d=2),
     # full: the paper's protocol (D = 10^4, 2000 full-batch Adam steps), more signals and seeds.
+    # (about 1.5-2 hours on 2 cores, dominated by the MLPs)
     "full": dict(seeds=5, num_rows=3, features=10000, iters=2000, mlp_iters=2000, sweep=13, size=128,
-                 mlp_2d_iters=2000, hidden_2d=256, lengths=(128, 256, 512, 1024),
+                 mlp_2d_iters=1000, hidden_2d=256, lengths=(128, 256, 512, 1024), seeds_2d=3,
                  mlp_1d=("gaussian", "rff", "logf"), mlp_2d=("gaussian", "rff", "logf"), linear_sweep=True,
                  mlp_signals=None),
 }
@@ -294,6 +295,8 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
                               p["num_rows"], seed, p["iters"])
             jobs.append(Job(f"sweep-linear-{sigma:.3e}-s{seed}", run_fit_1d, cfg, cost=2.0))
         # 2D
+        if seed >= p["seeds_2d"]:
+            continue
         size = p["size"]
         sigma2 = _suggested_sigma(size // 2)
         params_2d = {

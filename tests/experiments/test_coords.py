@@ -1,0 +1,76 @@
+"""The coords section end to end on tiny configs: jobs, summary, claims, rendering."""
+
+import json
+
+import pytest
+
+from posenc.experiments import coords
+from posenc.report.coords import render
+
+
+def _fit(name, params, model, **kw):
+    cfg = coords.Fit1DConfig(name, coords._params(**params), model, length=64, num_rows=1, seed=0, iters=30,
+                             mlp_signals=("china0",), **kw)
+    return coords.run_fit_1d(cfg)
+
+
+def test_run_fit_1d_reports_every_signal_and_theory_numbers():
+    res = _fit("gaussian", dict(sigma=0.02, num_features=64), "lstsq")
+    assert set(res["signals"]) == {"china0", "flower0", "multitone", "steps", "chirp"}
+    assert res["stable_rank"] > 1 and res["dp_width"] > 0
+    for sig in res["signals"].values():
+        assert sig["train_psnr"] > sig["test_psnr"] - 1e-6
+    json.dumps(res)  # JSON-serialisable
+    mlp = _fit("gaussian", dict(sigma=0.02, num_features=64), "mlp")
+    assert set(mlp["signals"]) == {"china0"}
+
+
+def test_batched_linear_fit_equals_one_fit_per_signal():
+    import torch
+
+    from posenc.models.coordinate import fit_coordinates
+    from posenc.positions import grid_1d
+
+    res = _fit("gaussian", dict(sigma=0.02, num_features=64), "linear")
+    enc = coords._encoding("gaussian", coords._params(sigma=0.02, num_features=64))
+    sig = coords.signals_1d(64, 1, 0)["steps"].float()
+    x = grid_1d(64)
+    single = fit_coordinates(enc, x[::2], sig[::2], x[1::2], sig[1::2], "linear", iters=30, seed=0)
+    # Adam is per-parameter, so only the initial weights differ: compare loosely
+    assert res["signals"]["steps"]["train_psnr"] == pytest.approx(single.train_psnr, abs=3.0)
+
+
+def test_summary_claims_and_render(tmp_path):
+    results = {}
+    for name, params in [("gaussian", dict(sigma=0.02, num_features=64)), ("rff", dict(sigma=8.0, num_features=64)),
+                         ("impulse", dict(num_features=64)), ("random", dict(num_features=64))]:
+        for model in ("lstsq",):
+            results[f"table-{name}-{model}-s0"] = _fit(name, params, model)
+    for sigma in (0.005, 0.02):
+        results[f"sweep-n64-gaussian-{sigma:.3e}-s0"] = _fit("gaussian", dict(sigma=sigma, num_features=64), "lstsq")
+    theory_cfg = coords.TheoryConfig(num_points=64, num_features=64, sigmas=(0.02, 0.05), sample_counts=(16, 32),
+                                     rff_features=(16, 32))
+    results["theory"] = coords.run_theory(theory_cfg)
+    img = coords.Fit2DConfig("gaussian", coords._params(sigma=0.05, num_features=16), "lstsq", size=8)
+    results["image-gaussian-lstsq-s0"] = coords.run_fit_2d(img)
+    summary = coords.summarize(results)
+    json.dumps(summary)
+    assert {"gaussian_vs_rff_lstsq", "impulse_memorises_lstsq", "best_sigma_where_theory_puts_it"} <= set(summary["claims"])
+    claim = summary["claims"]["gaussian_vs_rff_lstsq"]
+    assert claim["holds"] == (claim["difference_db"] >= -0.1)
+    saved = []
+
+    def save(name, fig):
+        saved.append(name)
+        return f"coords_{name}.png"
+
+    md = render(summary, save)
+    assert "| encoding | model |" in md and "coords_sweep.png" in md and saved == ["sweep"]
+
+
+def test_plans_have_unique_keys_and_quick_is_smaller():
+    quick = coords.plan("quick", None)
+    assert len({j.key for j in quick}) == len(quick)
+    full = coords.plan("full", None)
+    assert len(full) > 3 * len(quick)
+    assert len(coords.plan("quick", 1)) < len(quick)
