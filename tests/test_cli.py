@@ -116,3 +116,11 @@ def test_import_posenc_stays_light():
             "'posenc.report', 'posenc.experiments', 'torch_geometric') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert out.strip() == "[]"
+
+
+def test_fit_signal_suggests_the_width_when_not_given():
+    res = invoke("fit-signal", "--model", "lstsq", "--set", "num_features=512", "--json")
+    payload = json.loads(res.stdout)
+    assert payload["width_from_suggest_bandwidth"] is True and "sigma=0.002" in payload["encoding_repr"]
+    res = invoke("fit-signal", "--model", "lstsq", "--set", "sigma=0.01", "--json")
+    assert json.loads(res.stdout)["width_from_suggest_bandwidth"] is False
