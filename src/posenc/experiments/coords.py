@@ -38,6 +38,7 @@ from posenc.analysis import (
 from posenc.encodings import create_encoding
 from posenc.models.coordinate import fit_coordinates, psnr
 from posenc.positions import grid, grid_1d, subsample_mask
+from posenc.experiments.stats import mean_std
 from posenc.report.section import Job
 
 ENCODINGS_1D = ("gaussian", "triangle", "rff", "linf", "logf", "impulse", "random", "square")
@@ -316,13 +317,6 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
 
 
 # ----------------------------------------------------------------------------- summary
-def _ms(values) -> dict:
-    arr = np.asarray([v for v in values if v is not None], dtype=float)
-    if arr.size == 0:
-        return {"mean": None, "std": None, "n": 0}
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0, "n": int(arr.size)}
-
-
 def summarize(results: dict[str, dict]) -> dict:
     """Aggregate job results into tables and claim checks (means ± std over signals and seeds)."""
     out: dict = {"theory": results.get("theory")}
@@ -340,7 +334,7 @@ def summarize(results: dict[str, dict]) -> dict:
             row["interp"].append(sig["interp_psnr"])
     out["table"] = [
         {**{k: v for k, v in row.items() if k not in ("train", "test", "interp")},
-         "train_psnr": _ms(row["train"]), "test_psnr": _ms(row["test"]), "interp_psnr": _ms(row["interp"])}
+         "train_psnr": mean_std(row["train"]), "test_psnr": mean_std(row["test"]), "interp_psnr": mean_std(row["interp"])}
         for row in table.values()
     ]
     # sweeps
@@ -363,7 +357,7 @@ def summarize(results: dict[str, dict]) -> dict:
         rows = sorted(entries.values(), key=lambda e: e["sigma"])
         out["sweeps"][group] = [
             {"sigma": e["sigma"], "stable_rank": e["stable_rank"], "dp_width": e["dp_width"],
-             "train_psnr": _ms(e["train"]), "test_psnr": _ms(e["test"])} for e in rows
+             "train_psnr": mean_std(e["train"]), "test_psnr": mean_std(e["test"])} for e in rows
         ]
     # bandwidth suggestion vs best sigma of each Gaussian sweep
     suggestion = []
@@ -393,7 +387,7 @@ def summarize(results: dict[str, dict]) -> dict:
             row["test"].append(res["test_psnr"])
     out["image"] = [
         {"encoding": r["encoding"], "model": r["model"], "params": r["params"], "out_dim": r["out_dim"],
-         "train_psnr": _ms(r["train"]), "test_psnr": _ms(r["test"])} for r in images.values()
+         "train_psnr": mean_std(r["train"]), "test_psnr": mean_std(r["test"])} for r in images.values()
     ]
     out["claims"] = _claims(out)
     return out

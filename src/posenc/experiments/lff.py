@@ -46,6 +46,7 @@ from posenc.encodings import (
     SinusoidalEncoding,
 )
 from posenc.models import TrainConfig, TransformerEncoder, train
+from posenc.experiments.stats import mean_std
 from posenc.report.section import Job
 
 ENCODINGS = ("none", "table1d", "table2d", "sine2d", "mlp", "rff_mlp", "lff_nomlp", "lff_mlp")
@@ -341,11 +342,6 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
 
 
 # ------------------------------------------------------------------ summary
-def mean_std(values: list[float]) -> dict:
-    vals = [float(v) for v in values]
-    return {"mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1 else 0.0, "n": len(vals)}
-
-
 def _parse(key: str) -> list[str]:
     parts = key.split(".")
     # "scale.std=0.3.s0" splits the float: glue it back

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments import coords
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_ms, markdown_table
-
-
-def _verdict(holds: bool) -> str:
-    return "**confirmed**" if holds else "**not confirmed**"
+from posenc.report.tables import fmt_ms, markdown_table, verdict
 
 
 def render(summary: dict, save_figure: FigureSaver) -> str:
@@ -42,7 +38,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     parts += ["", "### Claims", ""]
     for name, c in summary["claims"].items():
         nums = ", ".join(f"{k}={_num(v)}" for k, v in c.items() if k != "holds")
-        parts.append(f"- `{name}`: {_verdict(c['holds'])} ({nums})")
+        parts.append(f"- `{name}`: {verdict(c['holds'])} ({nums})")
 
     # sigma sweep figure and table
     parts += ["", "### The sigma sweep: underfitting, optimum, memorisation", ""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments import lff as exp
 from posenc.report.section import FigureSaver, Section
+from posenc.report.tables import verdict
 
 LABELS = {
     "none": "none",
@@ -21,10 +22,6 @@ def _ms(d: dict | None, fmt: str = ".3f") -> str:
     if d is None:
         return "–"
     return f"{d['mean']:{fmt}} ± {d['std']:{fmt}}"
-
-
-def _verdict(ok: bool) -> str:
-    return "**confirmed at this scale**" if ok else "**not confirmed at this scale**"
 
 
 def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
@@ -106,21 +103,21 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     if c:
         lines.append(
             f"- *Faster convergence (disk):* LFF + MLP AUC {c['lff_mlp_auc']:.3f} vs the best other encoding "
-            f"({LABELS.get(c['best_other'], c['best_other'])}) {c['best_other_auc']:.3f}: {_verdict(c['holds'])}"
+            f"({LABELS.get(c['best_other'], c['best_other'])}) {c['best_other_auc']:.3f}: {verdict(c['holds'])}"
             + (" (the difference is within one std over seeds)." if c.get("within_noise") else ".")
         )
     c = claims.get("best_final_disk")
     if c:
         lines.append(
             f"- *Best final accuracy on the disk task:* ranking by bacc: "
-            f"{', '.join(LABELS[e] for e in c['ranking'])}: {_verdict(c['holds'])}."
+            f"{', '.join(LABELS[e] for e in c['ranking'])}: {verdict(c['holds'])}."
         )
     c = claims.get("gain_larger_on_disk")
     if c and c["reference"]:
         g = c["gains"][c["reference"]]
         lines.append(
             f"- *LFF gains more where L2 matters:* bacc gain of LFF + MLP over {LABELS[c['reference']]} is "
-            f"{g['disk_gain']:+.3f} on the disk vs {g['square_gain']:+.3f} on the square: {_verdict(c['holds'])}. "
+            f"{g['disk_gain']:+.3f} on the disk vs {g['square_gain']:+.3f} on the square: {verdict(c['holds'])}. "
             "Gains over the others: "
             + "; ".join(f"{LABELS[e]} {v['disk_gain']:+.3f} / {v['square_gain']:+.3f}" for e, v in c["gains"].items())
             + " (disk / square)."
@@ -158,7 +155,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             lines.append("")
             lines.append(
                 f"- *Tables cannot generalise to unseen positions:* bacc drop (seen − held-out) learned 2D table "
-                f"{d['table2d']:+.3f} vs LFF + MLP {d['lff_mlp']:+.3f}: {_verdict(c['holds'])}"
+                f"{d['table2d']:+.3f} vs LFF + MLP {d['lff_mlp']:+.3f}: {verdict(c['holds'])}"
                 + ("." if c.get("informative", True) else
                    " — uninformative here: the table did not learn the region it saw either (seen bacc <= 0.6).")
             )
@@ -175,7 +172,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             lines.append("")
             lines.append(f"- *U-shaped sensitivity to the initial scale:* best std {c['best_std']:g} "
                          f"(an interior value is the U shape), margin to the better end {c['margin_to_ends']:.3f}: "
-                         f"{_verdict(c['holds'])}" + (" but within one std over seeds." if c["within_noise"] else "."))
+                         f"{verdict(c['holds'])}" + (" but within one std over seeds." if c["within_noise"] else "."))
     disk = summary.get("grid", {}).get("disk", {})
     iso_rows = [(e, r) for e, r in disk.items() if "anisotropy_trained" in r]
     if iso_rows:
@@ -188,7 +185,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         if c:
             lines.append("")
             lines.append(f"- *LFF is more isotropic than the separable sinusoidal encoding (after training):* "
-                         f"{c['lff_mlp']:.4f} vs {c['sine2d']:.4f}: {_verdict(c['holds'])}.")
+                         f"{c['lff_mlp']:.4f} vs {c['sine2d']:.4f}: {verdict(c['holds'])}.")
     lines.append("")
     lines += _figures(summary, save_figure)
     return "\n".join(lines) + "\n"

@@ -21,3 +21,8 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def verdict(holds: bool) -> str:
+    """The report's wording for a checked claim."""
+    return "**confirmed at this scale**" if holds else "**not confirmed at this scale**"
