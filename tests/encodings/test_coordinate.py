@@ -272,3 +272,26 @@ def test_gradients_flow_to_positions(name):
     assert torch.autograd.gradcheck(lambda p: enc(p), (x,))
     # the no-grad fast path gives the same values
     torch.testing.assert_close(enc(x.detach()), enc(x).detach())
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("gaussian", dict(sigma=0.004, truncate=4.0)),
+    ("triangle", dict(width=0.006)),
+])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_banded_path_equals_dense_reference(name, kw, dtype):
+    F = 200  # narrow support: the banded path is taken
+    enc = create_encoding(name, num_features=F, dtype=dtype, **kw)
+    x = torch.cat((torch.rand(300, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0)),
+                   torch.tensor([[0.0], [1.0], [0.5], [1 / F], [1 - 1 / F]], dtype=torch.float64)))
+    x = x.to(dtype).double()  # the reference sees the same (rounded) positions
+    c = np.arange(F) / F
+    d = x.numpy() - c[None, :]
+    if name == "gaussian":
+        ref = np.where(np.abs(d) <= 4.0 * 0.004, np.exp(-(d**2) / (2 * 0.004**2)), 0.0)
+    else:
+        ref = np.maximum(0.0, 1 - np.abs(d) / 0.006)
+    out = enc(x.to(dtype))
+    # float32 cannot do better than ~|d|/sigma^2 * eps32 ~ 1e-5 here (conditioning, not the path)
+    tol = 1e-12 if dtype == torch.float64 else 3e-5
+    np.testing.assert_allclose(out.double().numpy(), ref, atol=tol)

@@ -23,9 +23,53 @@ from posenc.encodings.base import CoordinateEncoding, compute_dtype
 from posenc.encodings.registry import register_encoding
 
 
+def _is_unit_grid(centres: torch.Tensor) -> bool:
+    """Whether ``centres`` is exactly the grid ``i / F`` that the banded path assumes."""
+    num = centres.numel()
+    return bool(getattr(centres, "_posenc_unit_grid", False)) or (
+        num > 0 and abs(float(centres[-1]) - (num - 1) / num) < 1e-6 and abs(float(centres[0])) < 1e-12
+        and (num < 2 or abs(float(centres[1]) - 1.0 / num) < 1e-6)
+    )
+
+
 def grid_centres(num: int, *, device=None, dtype=torch.float64) -> torch.Tensor:
     """``num`` centres ``i / num`` on ``[0, 1)`` (the paper's ``linspace(0, 1, num+1)[:-1]``)."""
     return torch.arange(num, device=device, dtype=dtype) / num
+
+
+def banded_basis(t: torch.Tensor, num: int, half_width: float, profile) -> torch.Tensor:
+    """A compactly supported shifted basis on the grid ``i / num``, computed only inside its band.
+
+    ``out[..., k, i] = profile(t[..., k] - i / num)`` where ``|t - i / num| <= half_width``
+    and 0 elsewhere. Each position touches at most ``2 * half_width * num + 2`` centres,
+    so the work is that band plus writing the zeros, instead of one kernel evaluation per
+    feature.
+
+    Args:
+        t: unit coordinates ``(..., K)``.
+        num: number of centres F.
+        half_width: support radius of ``profile`` in unit coordinates.
+        profile: elementwise function of the displacement ``t - centre``.
+
+    Returns:
+        ``(..., K, F)``.
+    """
+    dtype = compute_dtype(t.dtype)
+    t = t.to(dtype)
+    band = int(math.ceil(2.0 * half_width * num)) + 2
+    first = torch.floor((t - half_width) * num).long()
+    idx = first[..., None] + torch.arange(band, device=t.device)
+    inside = (idx >= 0) & (idx < num)
+    idx = idx.clamp(0, num - 1)
+    diff = t[..., None] - idx.to(dtype) / num
+    vals = torch.where(inside & (diff.abs() <= half_width), profile(diff), torch.zeros((), dtype=dtype, device=t.device))
+    out = torch.zeros((*t.shape, num), dtype=dtype, device=t.device)
+    # scatter_add: clamped duplicates carry zeros, so the sum equals the one valid value
+    return out.scatter_add_(-1, idx, vals)
+
+
+def _use_band(half_width: float, num: int) -> bool:
+    return 2.0 * half_width * num + 2 < num / 4
 
 
 def gaussian_basis(
@@ -39,6 +83,9 @@ def gaussian_basis(
         sigma: width (> 0).
         truncate: if given, set entries with ``|t - c| > truncate * sigma`` to exactly 0.
     """
+    if truncate is not None and _is_unit_grid(centres) and _use_band(truncate * sigma, centres.numel()):
+        scale = -0.5 / sigma**2
+        return banded_basis(t, centres.numel(), truncate * sigma, lambda d: torch.exp(d.square() * scale))
     dtype = compute_dtype(t.dtype)
     diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
     far = diff.abs() > truncate * sigma if truncate is not None else None
@@ -53,6 +100,8 @@ def gaussian_basis(
 
 def triangle_basis(t: torch.Tensor, centres: torch.Tensor, width: float) -> torch.Tensor:
     """Hat functions ``max(0, 1 - |t - c| / width)``: ``(..., K) -> (..., K, F)``."""
+    if _is_unit_grid(centres) and _use_band(width, centres.numel()):
+        return banded_basis(t, centres.numel(), width, lambda d: (1.0 - d.abs() / width).clamp_min(0.0))
     dtype = compute_dtype(t.dtype)
     diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
     if diff.requires_grad:
