@@ -124,3 +124,12 @@ def test_fit_signal_suggests_the_width_when_not_given():
     assert payload["width_from_suggest_bandwidth"] is True and "sigma=0.002" in payload["encoding_repr"]
     res = invoke("fit-signal", "--model", "lstsq", "--set", "sigma=0.01", "--json")
     assert json.loads(res.stdout)["width_from_suggest_bandwidth"] is False
+
+
+def test_claim_summary_handles_nested_claims():
+    from posenc.cli import _claim_word
+
+    assert _claim_word({"holds": True, "x": 1}) == "yes"
+    assert _claim_word({"a": {"holds": True}, "b": {"holds": False}}) == "no"
+    assert _claim_word({"a": {"holds": True}, "b": {"holds": True}}) == "yes"
+    assert _claim_word({"note": "text"}) == "n/a"

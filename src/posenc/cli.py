@@ -403,8 +403,23 @@ def reproduce_cmd(
     out_console.print(f"report: {payload['report'] or '(shard run: no report)'}", highlight=False)
     for name, rec in payload["sections"].items():
         claims = rec["summary"].get("claims", {}) if isinstance(rec["summary"], dict) else {}
-        verdicts = ", ".join(f"{k}: {'yes' if v.get('holds') else 'no'}" for k, v in claims.items())
+        verdicts = ", ".join(f"{k}: {_claim_word(v)}" for k, v in claims.items())
         out_console.print(f"{name}: {rec['compute_seconds']:.0f} s of compute; {verdicts}", highlight=False)
+
+
+def _claim_holds(claim: Any) -> bool | None:
+    """``claim["holds"]``, or for a claim checked per dataset, whether it holds on all."""
+    if not isinstance(claim, dict):
+        return None
+    if "holds" in claim:
+        return bool(claim["holds"])
+    parts = [_claim_holds(v) for v in claim.values() if isinstance(v, dict)]
+    parts = [p for p in parts if p is not None]
+    return all(parts) if parts else None
+
+
+def _claim_word(claim: Any) -> str:
+    return {True: "yes", False: "no", None: "n/a"}[_claim_holds(claim)]
 
 
 def main() -> None:
