@@ -18,6 +18,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
 from posenc._checks import check_choice, check_positive_int
+from posenc.graph._validate import check_num_anchors
 from posenc.graph.anchors import select_anchors
 from posenc.graph.distances import anchor_distances
 
@@ -66,6 +67,8 @@ class AddAnchorPE(BaseTransform):
         n = data.num_nodes
         if n is None or n < 1:
             raise ValueError(f"data must have num_nodes >= 1, got {n}")
+        if self.method != "bourgain":
+            check_num_anchors("num_anchors", self.num_anchors, n)
         sets = select_anchors(self.method, data.edge_index, n, self.num_anchors, generator=self.seed)
         dist = anchor_distances(
             data.edge_index, n, sets, max_distance=self.max_distance, symmetrize=self.symmetrize
