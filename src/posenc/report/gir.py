@@ -71,6 +71,18 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         detail = ", ".join(f"{k}: {c['plain']:.3f} → {c['fused']:.3f}" for k, c in fus.items())
         lines.append(f"- Fusing GIR into a standard GNN improves it: {_verdict(verdicts['fusion_helps'])} "
                      f"in {wins}/{len(fus)} cases ({detail}).")
+    variants = []
+    for s in settings:
+        row = table[s]
+        if "gir" in row and ("gir-distance" in row or "gir-indication" in row):
+            parts = [f"{NAMES[m].split(':')[0]} {row[m]['mean']:.3f}"
+                     for m in ("gir", "gir-indication", "gir-distance") if m in row]
+            best = max((m for m in ("gir", "gir-indication", "gir-distance") if m in row),
+                       key=lambda m: row[m]["mean"])
+            variants.append(f"{s}: {', '.join(parts)} (best: {NAMES[best]})")
+    if variants:
+        lines.append("- Core variants (does the path encoding add over distance labels or anchor indication?): "
+                     + "; ".join(variants) + ". Differences within about one std are not meaningful.")
     figure = _figure(summary.get("curves", {}))
     if figure is not None:
         lines += ["", f"![validation and test AUC during training, seed 0]({save_figure('curves', figure)})"]
