@@ -105,18 +105,18 @@ def bfs_from_sets(
         u = key % stride
         base = key - u
         if padded:
-            cand = (nbr[u] + base[:, None]).ravel()
+            cand = (np.take(nbr, u, axis=0) + base[:, None]).ravel()  # take: ~2x faster than nbr[u]
             parent = np.repeat(np.arange(key.shape[0]), dmax) if return_origin else None
         else:
             cand, parent = _expand_csr(indptr, indices, u)
             cand += base[parent]
-        fresh = dist[cand] < 0
-        cand = cand[fresh]
+        fresh = np.take(dist, cand) < 0
+        cand = np.compress(fresh, cand)
         stamp = np.arange(-2, -2 - cand.shape[0], -1, dtype=np.int32)
-        dist[cand] = stamp  # among duplicates exactly one stamp survives
-        first = dist[cand] == stamp
-        cand = cand[first]
-        dist[cand] = t
+        np.put(dist, cand, stamp)  # among duplicates exactly one stamp survives
+        first = np.take(dist, cand) == stamp
+        cand = np.compress(first, cand)
+        np.put(dist, cand, t)
         if return_origin:
             front_origin = front_origin[parent[fresh][first]]
             origin[cand] = front_origin
