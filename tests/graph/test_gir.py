@@ -187,3 +187,16 @@ def test_bad_forward_input():
         model(torch.ones(4, 2), torch.tensor([[0], [9]]), dist)
     singles = AnchorSets.singletons(torch.tensor([0]), 4)
     assert singles.num_sets == 1
+
+
+def test_plan_is_independent_of_anchor_chunking(monkeypatch):
+    import posenc.graph.gir as gir_mod
+
+    g, n, xn, x, sets, ei, dist, model = _setup(0)
+    whole = build_path_plan(ei, dist)
+    monkeypatch.setattr(gir_mod, "_PLAN_CHUNK", 1)  # one anchor per chunk
+    chunked = build_path_plan(ei, dist)
+    assert torch.equal(whole.order, chunked.order)
+    for a, b in zip(whole.level_edges, chunked.level_edges):
+        assert sorted(map(tuple, a.T.tolist())) == sorted(map(tuple, b.T.tolist()))
+    torch.testing.assert_close(model(x, ei, dist, whole), model(x, ei, dist, chunked))

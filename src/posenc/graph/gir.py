@@ -45,6 +45,7 @@ from posenc.graph._validate import check_edge_index
 
 VARIANTS = ("path", "indication", "distance")
 READOUTS = ("anchor", "mean", "concat")
+_PLAN_CHUNK = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,15 @@ def build_path_plan(edge_index: torch.Tensor, anchor_dist: torch.Tensor) -> Path
     local = torch.full((n * k,), -1, dtype=torch.long)
     local[order] = torch.arange(order.numel()) - starts[flat[order]]
     # DAG edges: (u -> v) for anchor k iff d_k(v) = d_k(u) + 1.
-    du, dv = d[ei[0]], d[ei[1]]
-    e_id, k_id = torch.nonzero((du >= 0) & (dv == du + 1), as_tuple=True)
-    src = ei[0, e_id] * k + k_id
-    dst = ei[1, e_id] * k + k_id
+    # Anchors in chunks so the (E, chunk) comparison stays ~_PLAN_CHUNK entries.
+    chunk = max(1, _PLAN_CHUNK // max(1, ei.shape[1]))
+    srcs, dsts = [], []
+    for k0 in range(0, k, chunk):
+        du, dv = d[ei[0], k0 : k0 + chunk], d[ei[1], k0 : k0 + chunk]
+        e_id, k_id = torch.nonzero((du >= 0) & (dv == du + 1), as_tuple=True)
+        srcs.append(ei[0, e_id] * k + k0 + k_id)
+        dsts.append(ei[1, e_id] * k + k0 + k_id)
+    src, dst = torch.cat(srcs), torch.cat(dsts)
     lvl = flat[dst]
     eperm = torch.argsort(lvl, stable=True)
     src, dst, lvl = src[eperm], dst[eperm], lvl[eperm]
