@@ -54,6 +54,7 @@ def test_summarize_claims_and_render():
     row = summ["table"]["grid-link-I"]
     assert row["gir"]["mean"] == pytest.approx(0.955) and row["gir"]["n"] == 2
     assert summ["verdicts"] == {"gir_ge_pgnn": True, "gir_far_above_gnn": True, "fusion_helps": True}
+    assert summ["claims"]["fusion_helps"]["grid-link-I.gcn"]["beats_both"] is False  # 0.935 < GIR 0.955
     results["gir.0"] = _fake("grid-link", "gir", 0, 0.6)
     results["gir.1"] = _fake("grid-link", "gir", 1, 0.6)
     assert summarize(results)["verdicts"]["gir_ge_pgnn"] is False

@@ -292,11 +292,14 @@ def summarize(results: dict[str, dict]) -> dict:
         for kind in GNN_KINDS:
             if kind in row and f"{kind}+gir" in row:
                 plain, fused = row[kind], row[f"{kind}+gir"]
+                gir_alone = row["gir"]["mean"] if "gir" in row else None
                 claims["fusion_helps"][f"{setting}.{kind}"] = {
                     "plain": plain["mean"],
                     "fused": fused["mean"],
+                    "gir": gir_alone,
                     "delta": fused["mean"] - plain["mean"],
                     "holds": fused["mean"] > plain["mean"],
+                    "beats_both": None if gir_alone is None else fused["mean"] > max(plain["mean"], gir_alone),
                 }
     verdicts = {name: (all(c["holds"] for c in v.values()) if v else None) for name, v in claims.items()}
     curves = {

@@ -71,6 +71,10 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         detail = ", ".join(f"{k}: {c['plain']:.3f} → {c['fused']:.3f}" for k, c in fus.items())
         lines.append(f"- Fusing GIR into a standard GNN improves it: {_verdict(verdicts['fusion_helps'])} "
                      f"in {wins}/{len(fus)} cases ({detail}).")
+        both = [c for c in fus.values() if c.get("beats_both") is not None]
+        if both:
+            lines.append(f"  The fused model beats *both* the GNN and GIR alone in {sum(c['beats_both'] for c in both)}"
+                         f"/{len(both)} cases (otherwise the gain comes from the GIR branch alone).")
     variants = []
     for s in settings:
         row = table[s]
