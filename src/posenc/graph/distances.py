@@ -186,7 +186,8 @@ def anchor_distances(
 
     Returns:
         ``dist`` ``(n, K)`` with ``inf`` where unreachable; with ``return_origin``
-        also ``origin`` ``(n, K)`` long, ``-1`` where unreachable.
+        also ``origin`` ``(n, K)`` long, ``-1`` where unreachable. Both are transposed
+        views of ``(K, n)`` buffers (call ``.contiguous()`` for a node-major copy).
     """
     check_choice("method", method, ("gather", "spgemm"))
     if max_distance is not None:
@@ -202,9 +203,11 @@ def anchor_distances(
         origin_i = None
     else:
         dist_i, origin_i = bfs_from_sets(adj, sets, max_distance=max_distance, return_origin=return_origin)
-    dist = torch.from_numpy(dist_i.T.astype(np.float32 if dtype != torch.float64 else np.float64))
-    dist[dist < 0] = float("inf")
-    dist = dist.to(device=device, dtype=dtype)
+    # Convert in the (K, n) layout of the BFS (streaming, no transposing copy) and return a
+    # transposed view: (n, K), non-contiguous; .contiguous() if a dense node-major copy is needed.
+    dist_f = dist_i.astype(np.float64 if dtype == torch.float64 else np.float32)
+    dist_f[dist_i < 0] = np.inf
+    dist = torch.from_numpy(dist_f).to(device=device, dtype=dtype).t()
     if return_origin:
-        return dist, torch.from_numpy(origin_i.T.astype(np.int64)).to(device)
+        return dist, torch.from_numpy(origin_i.astype(np.int64)).to(device).t()
     return dist

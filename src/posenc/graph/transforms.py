@@ -72,7 +72,7 @@ class AddAnchorPE(BaseTransform):
         sets = select_anchors(self.method, data.edge_index, n, self.num_anchors, generator=self.seed)
         dist = anchor_distances(
             data.edge_index, n, sets, max_distance=self.max_distance, symmetrize=self.symmetrize
-        )
+        ).contiguous()
         if self.encoding == "inverse":
             pe = torch.where(torch.isfinite(dist), 1.0 / (dist + 1.0), torch.zeros_like(dist))
         elif self.encoding == "distance":
