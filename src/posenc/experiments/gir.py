@@ -199,19 +199,19 @@ def _setting(task: str, transductive: bool) -> str:
 QUICK_SETTINGS = (("grid-link", False), ("communities-pair", False))
 QUICK_MODELS = ("gcn", "sage", "pgnn-e", "gir", "gir-distance", "gcn+gir")
 QUICK_EPOCHS = 100
-#: Position-aware settings of the main comparison (every model) ...
-FULL_MAIN = (("grid-link", False), ("communities-link", False), ("communities-pair", False))
-FULL_MAIN_MODELS = (
-    "gcn", "sage", "gat", "gin", "pgnn-e", "gir", "gir-distance",
-    "gcn+gir", "sage+gir", "gat+gir", "gin+gir",
-)
-#: ... plus the costlier / secondary runs on fewer settings (keeps "full" near 30-40 min here).
+#: The full profile: every model on Grid-I link prediction (the headline setting, where P-GNN's
+#: reference numbers were re-measured) ...
+FULL_MAIN = (("grid-link", False),)
+FULL_MAIN_MODELS = MODELS
+#: ... and the core comparison on the Communities tasks. Transductive settings are supported
+#: (``GIRConfig(transductive=True)``) but left out to keep "full" near 30 min on an idle machine
+#: (about 50 min measured on the shared machine under load).
 FULL_EXTRA = (
-    (("grid-link", False), ("pgnn-f", "gir-indication")),
-    (("communities-pair", False), ("gir-indication",)),
-    (("grid-link", True), ("gcn", "pgnn-e", "gir")),
-    (("communities-link", True), ("gcn", "pgnn-e", "gir")),
+    (("communities-link", False), ("gcn", "pgnn-e", "gir")),
+    (("communities-pair", False), ("gcn", "pgnn-e", "gir")),
 )
+#: "Fusion beats both branches" needs a margin above the better branch (AUC).
+FUSION_MARGIN = 0.005
 #: Rounds of the unrestricted "indication" variant in the experiments (its cost is K*n*H per round).
 INDICATION_ROUNDS = 10
 
@@ -221,6 +221,7 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
 
     quick: Grid-I link + Communities pairwise, 6 models, 2 seeds, 100 epochs (short, indicative).
     full: 2001 epochs (the paper's protocol), 2 seeds, see ``FULL_MAIN`` / ``FULL_EXTRA``.
+    Jobs are independent: ``posenc reproduce gir --profile full --shard i/n`` splits them.
     """
     if profile == "quick":
         n_seeds, epochs = seeds or 2, QUICK_EPOCHS
@@ -293,13 +294,14 @@ def summarize(results: dict[str, dict]) -> dict:
             if kind in row and f"{kind}+gir" in row:
                 plain, fused = row[kind], row[f"{kind}+gir"]
                 gir_alone = row["gir"]["mean"] if "gir" in row else None
+                margin = FUSION_MARGIN
                 claims["fusion_helps"][f"{setting}.{kind}"] = {
                     "plain": plain["mean"],
                     "fused": fused["mean"],
                     "gir": gir_alone,
                     "delta": fused["mean"] - plain["mean"],
                     "holds": fused["mean"] > plain["mean"],
-                    "beats_both": None if gir_alone is None else fused["mean"] > max(plain["mean"], gir_alone),
+                    "beats_both": None if gir_alone is None else fused["mean"] > max(plain["mean"], gir_alone) + margin,
                 }
     verdicts = {name: (all(c["holds"] for c in v.values()) if v else None) for name, v in claims.items()}
     curves = {
