@@ -58,6 +58,10 @@ def test_summarize_claims_and_render():
     results["gir.0"] = _fake("grid-link", "gir", 0, 0.6)
     results["gir.1"] = _fake("grid-link", "gir", 1, 0.6)
     assert summarize(results)["verdicts"]["gir_ge_pgnn"] is False
+    results["gir.0"] = _fake("grid-link", "gir", 0, 0.898)  # 0.004 below P-GNN's 0.905: a tie
+    results["gir.1"] = _fake("grid-link", "gir", 1, 0.904)
+    tie = summarize(results)["claims"]["gir_ge_pgnn"]["grid-link-I"]
+    assert tie["holds"] is True and tie["strict"] is False
     saved = []
     md = get_section("gir").render(summ, lambda name, fig: saved.append(name) or f"gir_{name}.png")
     assert "GIR (path)" in md and "confirmed" in md and saved == ["curves"]

