@@ -1,0 +1,213 @@
+"""Shortest-path distances from anchors (or anchor sets) by one batched multi-source BFS.
+
+The frontier of *all* ``K`` anchors is advanced together: at step ``t`` the
+frontier is the set of pairs ``(k, u)`` with ``d(S_k, u) = t - 1``; one vectorised
+expansion over the CSR adjacency gives every candidate pair ``(k, v)``, the ones
+not yet visited get distance ``t``. Work is ``O(K (n + m))`` in total and memory
+``O(K n)``; nothing is all-pairs. Distances to a *set* ``S_k`` (P-GNN's anchor
+sets) come for free by seeding the BFS with every member of the set, and the
+member each node is closest to (P-GNN's ``argmax`` of ``1/(d+1)``) is carried
+along as the "origin" of each pair.
+
+Two formulations of the same step are provided:
+
+* ``method="gather"`` (default): the candidates are gathered from a padded
+  neighbour table (bounded degree) or by a CSR expansion (skewed degree), and
+  duplicates are resolved by a stamp trick, all in numpy.
+* ``method="spgemm"``: the frontier is a sparse ``(K, n)`` matrix ``F`` and the
+  candidates are ``F @ A`` (scipy sparse product); no origins.
+
+Unreachable pairs (another connected component, or farther than
+``max_distance``) get distance ``inf`` (``-1`` in the integer routine).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from posenc._checks import check_choice, check_positive_int
+from posenc.graph._validate import adjacency_csr
+from posenc.graph.anchors import AnchorSets
+
+
+def _check_anchor_sets(anchors: AnchorSets | torch.Tensor, num_nodes: int) -> AnchorSets:
+    if isinstance(anchors, AnchorSets):
+        if anchors.num_nodes != num_nodes:
+            raise ValueError(
+                f"anchors were drawn for num_nodes={anchors.num_nodes}, the graph has {num_nodes} nodes"
+            )
+        return anchors
+    if not isinstance(anchors, torch.Tensor):
+        raise TypeError(f"anchors must be a LongTensor (K,) or AnchorSets, got {type(anchors).__name__}")
+    if anchors.dim() != 1 or anchors.numel() == 0 or anchors.is_floating_point():
+        raise ValueError(f"anchors must be a non-empty 1-D integer tensor, got shape {tuple(anchors.shape)}")
+    if int(anchors.min()) < 0 or int(anchors.max()) >= num_nodes:
+        raise ValueError(f"anchors must lie in [0, num_nodes={num_nodes})")
+    return AnchorSets.singletons(anchors, num_nodes)
+
+
+def _expand_csr(indptr: np.ndarray, indices: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Neighbours of every ``u`` (concatenated) and the position in ``u`` each came from."""
+    start = indptr[u]
+    deg = indptr[u + 1] - start
+    total = int(deg.sum())
+    parent = np.repeat(np.arange(u.shape[0]), deg)
+    offset = np.arange(total) - np.repeat(np.cumsum(deg) - deg, deg)
+    return indices[start[parent] + offset], parent
+
+
+def bfs_from_sets(
+    adj: sp.csr_matrix,
+    anchors: AnchorSets,
+    *,
+    max_distance: int | None = None,
+    return_origin: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Batched multi-source BFS on a validated CSR adjacency (the integer core).
+
+    Args:
+        adj: ``(n, n)`` symmetric CSR, sorted indices (see ``adjacency_csr``).
+        anchors: ``K`` anchor sets.
+        max_distance: stop after this many steps (P-GNN-F's q-hop cutoff).
+        return_origin: also return, per pair, the member of ``S_k`` that reached it.
+
+    Returns:
+        ``dist`` ``(K, n)`` int32 (``-1`` = unreachable) and ``origin`` ``(K, n)`` int32 or None.
+    """
+    n = adj.shape[0]
+    k_sets = anchors.num_sets
+    stride = n + 1  # column n of every row is a sentinel ("already visited")
+    itype = np.int32 if k_sets * stride < 2**31 - 1 else np.int64  # halves memory traffic
+    indptr = adj.indptr.astype(np.int64)
+    indices = adj.indices.astype(itype)
+    deg = np.diff(indptr)
+    dmax = int(deg.max()) if n else 0
+    padded = dmax > 0 and n * dmax <= 4 * indices.shape[0] + n
+    if padded:
+        nbr = np.full((n + 1, dmax), n, dtype=itype)
+        rows = np.repeat(np.arange(n), deg)
+        nbr[rows, np.arange(indices.shape[0]) - indptr[rows]] = indices
+
+    dist = np.full(k_sets * stride, -1, dtype=np.int32)
+    dist[np.arange(k_sets, dtype=np.int64) * stride + n] = 0
+    key = np.unique(anchors.set_index.numpy().astype(np.int64) * stride + anchors.nodes.numpy()).astype(itype)
+    dist[key] = 0
+    origin = front_origin = None
+    if return_origin:
+        origin = np.full(k_sets * stride, -1, dtype=np.int32)
+        front_origin = (key % stride).astype(np.int32)
+        origin[key] = front_origin
+    t = 0
+    while key.shape[0] and (max_distance is None or t < max_distance):
+        t += 1
+        u = key % stride
+        base = key - u
+        if padded:
+            cand = (np.take(nbr, u, axis=0) + base[:, None]).ravel()  # take: ~2x faster than nbr[u]
+            parent = np.repeat(np.arange(key.shape[0]), dmax) if return_origin else None
+        else:
+            cand, parent = _expand_csr(indptr, indices, u)
+            cand += base[parent]
+        fresh = np.take(dist, cand) < 0
+        cand = np.compress(fresh, cand)
+        stamp = np.arange(-2, -2 - cand.shape[0], -1, dtype=np.int32)
+        np.put(dist, cand, stamp)  # among duplicates exactly one stamp survives
+        first = np.take(dist, cand) == stamp
+        cand = np.compress(first, cand)
+        np.put(dist, cand, t)
+        if return_origin:
+            front_origin = front_origin[parent[fresh][first]]
+            origin[cand] = front_origin
+        key = cand
+    dist = dist.reshape(k_sets, stride)[:, :n]
+    if origin is not None:
+        origin = origin.reshape(k_sets, stride)[:, :n]
+    return dist, origin
+
+
+def bfs_from_sets_spgemm(adj: sp.csr_matrix, anchors: AnchorSets, *, max_distance: int | None = None) -> np.ndarray:
+    """Same distances as :func:`bfs_from_sets`, each step one sparse product ``F @ A``.
+
+    ``F`` is the ``(K, n)`` boolean frontier matrix. Returns ``(K, n)`` int32, ``-1`` unreachable.
+    """
+    n = adj.shape[0]
+    k_sets = anchors.num_sets
+    a_bool = adj.astype(np.bool_)
+    dist = np.full(k_sets * n, -1, dtype=np.int32)
+    key = np.unique(anchors.set_index.numpy().astype(np.int64) * n + anchors.nodes.numpy())
+    dist[key] = 0
+    rows = key // n
+    frontier = sp.csr_matrix((np.ones(key.shape[0], bool), (rows, key % n)), shape=(k_sets, n))
+    set_ids = np.arange(k_sets, dtype=np.int64)
+    t = 0
+    while frontier.nnz and (max_distance is None or t < max_distance):
+        t += 1
+        prod = frontier @ a_bool
+        counts = np.diff(prod.indptr)
+        cand = np.repeat(set_ids * n, counts) + prod.indices
+        fresh = dist[cand] < 0
+        dist[cand[fresh]] = t
+        rows = np.repeat(set_ids, counts)[fresh]
+        indptr = np.zeros(k_sets + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=k_sets), out=indptr[1:])
+        frontier = sp.csr_matrix(
+            (np.ones(rows.shape[0], bool), prod.indices[fresh], indptr), shape=(k_sets, n)
+        )
+    return dist.reshape(k_sets, n)
+
+
+def anchor_distances(
+    edge_index: torch.Tensor,
+    num_nodes: int,
+    anchors: AnchorSets | torch.Tensor,
+    *,
+    max_distance: int | None = None,
+    return_origin: bool = False,
+    symmetrize: bool = False,
+    method: str = "gather",
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Hop distance from every node to every anchor (set), ``d(v, S_k) = min_{s in S_k} d(v, s)``.
+
+    Args:
+        edge_index: ``(2, E)`` undirected edges (PyG convention). Self-loops and
+            duplicates are ignored; a directed graph raises unless ``symmetrize``.
+        num_nodes: ``n >= 1``.
+        anchors: ``(K,)`` anchor nodes or :class:`AnchorSets`.
+        max_distance: if given, pairs farther than this are reported unreachable.
+        return_origin: also return the closest member of each set.
+        symmetrize: add reverse edges instead of rejecting a directed graph.
+        method: ``"gather"`` or ``"spgemm"`` (no origins).
+        dtype: floating dtype of the distances.
+        device: where to put the outputs.
+
+    Returns:
+        ``dist`` ``(n, K)`` with ``inf`` where unreachable; with ``return_origin``
+        also ``origin`` ``(n, K)`` long, ``-1`` where unreachable. Both are transposed
+        views of ``(K, n)`` buffers (call ``.contiguous()`` for a node-major copy).
+    """
+    check_choice("method", method, ("gather", "spgemm"))
+    if max_distance is not None:
+        check_positive_int("max_distance", max_distance, minimum=0)
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating dtype (inf marks unreachable), got {dtype}")
+    adj = adjacency_csr(edge_index, num_nodes, symmetrize=symmetrize)
+    sets = _check_anchor_sets(anchors, num_nodes)
+    if method == "spgemm":
+        if return_origin:
+            raise ValueError("return_origin is only supported by method='gather'")
+        dist_i = bfs_from_sets_spgemm(adj, sets, max_distance=max_distance)
+        origin_i = None
+    else:
+        dist_i, origin_i = bfs_from_sets(adj, sets, max_distance=max_distance, return_origin=return_origin)
+    # Convert in the (K, n) layout of the BFS (streaming, no transposing copy) and return a
+    # transposed view: (n, K), non-contiguous; .contiguous() if a dense node-major copy is needed.
+    dist_f = dist_i.astype(np.float64 if dtype == torch.float64 else np.float32)
+    dist_f[dist_i < 0] = np.inf
+    dist = torch.from_numpy(dist_f).to(device=device, dtype=dtype).t()
+    if return_origin:
+        return dist, torch.from_numpy(origin_i.astype(np.int64)).to(device).t()
+    return dist

@@ -1,0 +1,112 @@
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc.graph.anchors import AnchorSets, bourgain_anchor_sets
+from posenc.graph.distances import anchor_distances
+
+from .conftest import all_pairs, nx_edge_index
+
+
+def _random_graph(seed, n, p):
+    g = nx.gnp_random_graph(n, p, seed=seed)
+    return g, nx_edge_index(g)
+
+
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 40), p=st.floats(0.0, 0.3), k=st.integers(1, 6))
+def test_matches_all_pairs_reference(seed, n, p, k):
+    g, ei = _random_graph(seed, n, p)
+    ref = all_pairs(g, n)
+    anchors = torch.from_numpy(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False))
+    for method in ("gather", "spgemm"):
+        d = anchor_distances(ei, n, anchors, method=method, dtype=torch.float64)
+        np.testing.assert_array_equal(d.numpy(), ref[:, anchors.numpy()])
+
+
+def test_disconnected_nodes_are_inf():
+    g = nx.path_graph(4)
+    g.add_nodes_from([4, 5])
+    g.add_edge(4, 5)
+    d = anchor_distances(nx_edge_index(g), 6, torch.tensor([0, 5]))
+    assert d[:4, 1].isinf().all() and d[4:, 0].isinf().all()
+    assert d[:, 0][:4].tolist() == [0, 1, 2, 3] and d[4, 1] == 1
+
+
+def test_isolated_anchor_and_no_edges():
+    d = anchor_distances(torch.empty(2, 0, dtype=torch.long), 3, torch.tensor([1]))
+    assert d[:, 0].tolist() == [float("inf"), 0.0, float("inf")]
+
+
+def test_max_distance_cutoff():
+    g = nx.path_graph(10)
+    d = anchor_distances(nx_edge_index(g), 10, torch.tensor([0]), max_distance=3)
+    assert d[:4, 0].tolist() == [0, 1, 2, 3] and d[4:, 0].isinf().all()
+
+
+def test_skewed_degree_uses_csr_expansion_and_is_correct():
+    g = nx.star_graph(50)  # max degree 50 >> mean: not the padded table
+    g.add_edges_from([(1, 51), (51, 52)])
+    ref = all_pairs(g, 53)
+    d = anchor_distances(nx_edge_index(g), 53, torch.tensor([52, 3]), dtype=torch.float64)
+    np.testing.assert_array_equal(d.numpy(), ref[:, [52, 3]])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_anchor_sets_distance_and_origin(seed):
+    g = nx.connected_caveman_graph(5, 6)
+    g.add_node(30)  # isolated
+    n = 31
+    ref = all_pairs(g, n)
+    sets = bourgain_anchor_sets(n, generator=seed)
+    d, origin = anchor_distances(nx_edge_index(g), n, sets, return_origin=True, dtype=torch.float64)
+    for k in range(sets.num_sets):
+        members = sets.nodes[sets.set_index == k].numpy()
+        expect = ref[:, members].min(1)
+        np.testing.assert_array_equal(d[:, k].numpy(), expect)
+        o = origin[:, k].numpy()
+        reach = np.isfinite(expect)
+        assert (o[~reach] == -1).all()
+        assert np.isin(o[reach], members).all()
+        np.testing.assert_array_equal(ref[np.arange(n)[reach], o[reach]], expect[reach])
+
+
+def test_symmetrize_flag():
+    ei = torch.tensor([[0, 1], [1, 2]])  # 0->1->2 only
+    with pytest.raises(ValueError, match="edge_index"):
+        anchor_distances(ei, 3, torch.tensor([0]))
+    d = anchor_distances(ei, 3, torch.tensor([2]), symmetrize=True)
+    assert d[:, 0].tolist() == [2, 1, 0]
+
+
+def test_self_loops_and_duplicates_ignored():
+    ei = torch.tensor([[0, 0, 1, 1, 0, 2], [0, 1, 0, 0, 1, 2]])  # loops (0,0),(2,2), duplicate 0-1
+    d = anchor_distances(ei, 3, torch.tensor([0]))
+    assert d[:, 0].tolist() == [0, 1, float("inf")]
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"anchors": torch.tensor([5])}, ValueError, "anchors"),
+        ({"anchors": torch.tensor([[0]])}, ValueError, "anchors"),
+        ({"anchors": [0]}, TypeError, "anchors"),
+        ({"method": "dijkstra"}, ValueError, "method"),
+        ({"max_distance": -1}, ValueError, "max_distance"),
+        ({"dtype": torch.int64}, TypeError, "dtype"),
+        ({"method": "spgemm", "return_origin": True}, ValueError, "return_origin"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, match):
+    ei = nx_edge_index(nx.path_graph(4))
+    args = {"anchors": torch.tensor([0]), **kwargs}
+    with pytest.raises(exc, match=match):
+        anchor_distances(ei, 4, **args)
+
+
+def test_anchor_sets_for_other_graph_rejected():
+    sets = AnchorSets.singletons(torch.tensor([0]), 10)
+    with pytest.raises(ValueError, match="num_nodes"):
+        anchor_distances(nx_edge_index(nx.path_graph(4)), 4, sets)
