@@ -55,7 +55,28 @@ def lff(r: dict) -> str:
     return "\n".join(out)
 
 
-FORMATTERS = {"coords": coords, "lff": lff}
+def graph(r: dict) -> str:
+    a, p, e = r["anchor_distances"], r["pgnn_precompute"], r["gir_epoch"]
+    rows = [
+        ["posenc `anchor_distances` (batched multi-source BFS)", f"{a['ours_anchor_distances_s']:.2f}", "1.00"],
+        ["scipy `shortest_path(unweighted=True, indices=anchors)`", f"{a['scipy_shortest_path_s']:.2f}",
+         f"{a['ratio_shortest_path_over_ours']:.2f}"],
+        [f"{a['anchors']} x scipy `breadth_first_order`", f"{a['scipy_breadth_first_order_x_k_s']:.2f}",
+         f"{a['ratio_bfo_over_ours']:.2f}"],
+    ]
+    return "\n".join([
+        f"Anchor distances on a {a['graph']} ({a['nodes']:,} nodes), {a['anchors']} anchors "
+        f"(target < {a['target_s']:.0f} s: {'met' if a['meets_target'] else 'missed'}):", "",
+        markdown_table(["method", "s", "time / ours"], rows), "",
+        f"P-GNN precompute on {p['graph']}: networkx all-pairs BFS {p['networkx_all_pairs_extrapolated_s']:.0f} s "
+        f"(extrapolated from {p['networkx_sources_timed']} sources) vs posenc {p['ours_one_resampling_s']:.2f} s "
+        f"per anchor resampling: {p['ratio_networkx_over_ours']:.0f}x.", "",
+        f"One GIR training epoch on a {e['graph']} ({e['nodes']:,} nodes, {e['anchors']} anchors): "
+        f"{e['epoch_s']:.2f} s, peak memory {e['peak_rss_mb']:.0f} MB (subprocess).",
+    ])
+
+
+FORMATTERS = {"coords": coords, "lff": lff, "graph": graph}
 
 
 def main() -> None:
