@@ -20,11 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc._checks import check_choice, check_finite, check_positive_float, check_positive_int
 from posenc.attention.decay import decay_kernelized_attention
 from posenc.attention.features import PositiveRandomFeatures, TrigRandomFeatures
 from posenc.attention.kernelized import (
     bounded_bias,
+    check_key_padding_mask,
     check_qkv,
     feature_scale,
     kernelized_attention,
@@ -36,6 +37,10 @@ from posenc.attention.reference import softmax_rpe_attention
 RPE_KINDS = ("table", "decay", "none")
 MODES = ("kernelized", "softmax")
 FEATURES = ("positive", "trig")
+
+#: Bias range (nats) above which ``compute_dtype="auto"`` accumulates in float64:
+#: the float32 bound ``eps * log2(L) * exp(B)`` of docs/krpe.md stays below 1e-2 up to here.
+AUTO_FLOAT64_RANGE = 10.0
 
 
 class KernelizedAttention(nn.Module):
@@ -57,7 +62,9 @@ class KernelizedAttention(nn.Module):
         orthogonal: orthogonal random features.
         bias_range: soft bound on the bias range in nats (``None`` = unbounded); see
             the float32 guarantee in :mod:`posenc.attention.kernelized`.
-        compute_dtype: accumulate the Toeplitz products in this dtype (e.g. float64).
+        compute_dtype: accumulate the Toeplitz products in this dtype (e.g. float64);
+            ``"auto"`` (default) switches float32 inputs to float64 accumulation when the
+            visible bias range exceeds :data:`AUTO_FLOAT64_RANGE` nats.
         method: ``"auto"``, ``"fft"`` or ``"dense"`` for the table RPE.
         seed: seed of the random features.
         device, dtype: of parameters and buffers.
@@ -78,7 +85,7 @@ class KernelizedAttention(nn.Module):
         feature_map: str = "positive",
         orthogonal: bool = False,
         bias_range: float | None = None,
-        compute_dtype: torch.dtype | None = None,
+        compute_dtype: torch.dtype | str | None = "auto",
         method: str = "auto",
         seed: int = 0,
         device: torch.device | str | None = None,
@@ -133,6 +140,7 @@ class KernelizedAttention(nn.Module):
     def bias_values(self, n_q: int, n_k: int) -> torch.Tensor:
         """Per-head biases ``b_t`` ``(H, n_q + n_k - 1)`` of offsets ``-(n_q-1)..n_k-1``."""
         if self.rpe == "table":
+            check_finite("bias", self.bias)
             idx = relative_offsets(n_q, n_k, self.max_distance, device=self.bias.device)
             return bounded_bias(self.bias, self.bias_range)[:, idx]
         if self.rpe == "decay":
@@ -163,6 +171,7 @@ class KernelizedAttention(nn.Module):
         if q.shape[-1] != self.head_dim:
             raise ValueError(f"q and k must have head_dim={self.head_dim} (last dim), got {q.shape[-1]}")
         n_q, n_k = q.shape[-2], k.shape[-2]
+        check_key_padding_mask(key_padding_mask, q.shape[0], n_k)
         if self.causal and n_q != n_k:
             raise ValueError(f"causal=True needs n_q == n_k (equal query and key lengths), got {n_q} and {n_k}")
         if self.normalize_qk:
@@ -183,11 +192,17 @@ class KernelizedAttention(nn.Module):
                 fut = None
             return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask)
         coeffs = None
+        compute_dtype = None if self.compute_dtype == "auto" else self.compute_dtype
         if self.rpe == "table":
-            coeffs = rpe_coeffs(self.bias_values(n_q, n_k), n_q, causal=self.causal)
+            b = self.bias_values(n_q, n_k)
+            if self.compute_dtype == "auto" and v.dtype != torch.float64:
+                visible = b[:, :n_q] if self.causal else b
+                if float((visible.max() - visible.min()).detach()) > AUTO_FLOAT64_RANGE:
+                    compute_dtype = torch.float64
+            coeffs = rpe_coeffs(b if compute_dtype is None else b.to(compute_dtype), n_q, causal=self.causal)
         return kernelized_attention(
             phi_q, phi_k, v, coeffs, causal=self.causal, key_padding_mask=key_padding_mask,
-            method=self.method, compute_dtype=self.compute_dtype,
+            method=self.method, compute_dtype=compute_dtype,
         )
 
     def _features(self, q, k, key_padding_mask):
