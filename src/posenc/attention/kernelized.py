@@ -45,7 +45,7 @@ from posenc.attention.toeplitz import (
 #: this square. Measured crossover of forward+backward (1 head, d = 64, m = 32,
 #: float32, 1 thread) on the development machine: see ``bench_krpe.py``
 #: (``attention_crossover``) and docs/krpe.md.
-DENSE_MAX_N = 1024
+DENSE_MAX_N = 1536
 
 METHODS = ("auto", "fft", "dense")
 
@@ -85,6 +85,10 @@ class KernelizedRPEFunction(torch.autograd.Function):
 
     ``phi_q (G, n_q, m)``, ``phi_k (G, n_k, m)``, ``v (G, n_k, d)``,
     ``coeffs (G, n_q + n_k - 1)`` -> ``z (G, n_q, d)``.
+
+    Work is done per slice g and per block of features in a channel-major layout
+    (``(features, d+1, n)``, FFT along the last, contiguous dim), which keeps the
+    transforms cache-friendly and every contraction a plain multiply-and-sum.
     """
 
     @staticmethod
@@ -94,18 +98,20 @@ class KernelizedRPEFunction(torch.autograd.Function):
         length = next_fast_len(n_q + n_k - 1)
         mb = _block_features(length, m, d + 1, block_bytes, v.element_size())
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
-        num_den = v.new_zeros((G, n_q, d + 1))
+        num_den = v.new_zeros((G, d + 1, n_q))
         for g in range(G):
-            vv = _vv(v[g])
+            vvT = _vv(v[g]).T.contiguous()  # (d+1, n_k)
+            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()  # (m, n)
             for a in range(0, m, mb):
-                A = (phi_k[g, :, a : a + mb, None] * vv[:, None, :]).reshape(n_k, -1)
-                Af = torch.fft.rfft(A, n=length, dim=0)
-                Af.mul_(hf[g, :, None])
-                D = torch.fft.irfft(Af, n=length, dim=0)[:n_q].reshape(n_q, -1, d + 1)
+                A = pkT[a : a + mb, None, :] * vvT[None]  # (mb, d+1, n_k)
+                Af = torch.fft.rfft(A, n=length, dim=-1)
+                del A
+                Af.mul_(hf[g])
+                D = torch.fft.irfft(Af, n=length, dim=-1)[..., :n_q]
                 del Af
-                num_den[g] += torch.einsum("im,ime->ie", phi_q[g, :, a : a + mb], D)
-        den = num_den[..., d]
-        z = num_den[..., :d] / den[..., None]
+                num_den[g] += (D * pqT[a : a + mb, None, :]).sum(0)
+        den = num_den[:, d]
+        z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
         ctx.save_for_backward(phi_q, phi_k, v, coeffs, z, den)
         ctx.length, ctx.mb = length, mb
         return z
@@ -118,40 +124,40 @@ class KernelizedRPEFunction(torch.autograd.Function):
         n_k, d = v.shape[-2:]
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         need_c = ctx.needs_input_grad[3]
-        dphi_q = torch.zeros_like(phi_q)
-        dphi_k = torch.zeros_like(phi_k)
-        dv = torch.zeros_like(v)
+        dphi_qT = phi_q.new_empty((G, m, n_q))
+        dphi_kT = phi_k.new_empty((G, m, n_k))
+        dvT = v.new_zeros((G, d, n_k))
         cross = hf.new_zeros(hf.shape) if need_c else None
-        # G_i = d loss / d [num_i, den_i]
+        # gradient w.r.t. [num_i, den_i], channel-major: (G, d+1, n_q)
         gnum = dz / den[..., None]
         gden = -(dz * z).sum(-1, keepdim=True) / den[..., None]
-        grad = torch.cat((gnum, gden), dim=-1)
+        gradT = torch.cat((gnum, gden), dim=-1).transpose(1, 2).contiguous()
         for g in range(G):
-            vv = _vv(v[g])
+            vvT = _vv(v[g]).T.contiguous()
+            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()
+            hg = hf[g]
             for a in range(0, m, mb):
-                pk = phi_k[g, :, a : a + mb]
-                pq = phi_q[g, :, a : a + mb]
-                A = (pk[:, :, None] * vv[:, None, :]).reshape(n_k, -1)
-                Af = torch.fft.rfft(A, n=length, dim=0)
+                A = pkT[a : a + mb, None, :] * vvT[None]
+                Af = torch.fft.rfft(A, n=length, dim=-1)
                 del A
-                D = torch.fft.irfft(Af * hf[g, :, None], n=length, dim=0)[:n_q]
-                dphi_q[g, :, a : a + mb] = torch.einsum("ime,ie->im", D.reshape(n_q, -1, d + 1), grad[g])
+                D = torch.fft.irfft(Af * hg, n=length, dim=-1)[..., :n_q]
+                dphi_qT[g, a : a + mb] = (D * gradT[g][None]).sum(1)
                 del D
-                dD = (pq[:, :, None] * grad[g][:, None, :]).reshape(n_q, -1)
-                dDf = torch.fft.rfft(dD, n=length, dim=0)
+                dD = pqT[a : a + mb, None, :] * gradT[g][None]  # (mb, d+1, n_q)
+                dDf = torch.fft.rfft(dD, n=length, dim=-1)
                 del dD
                 if need_c:
-                    cross[g] += (Af.conj_physical_() * dDf).sum(-1)
+                    cross[g] += (Af.conj_physical_() * dDf).sum((0, 1))
                 del Af
-                dDf.mul_(hf[g, :, None].conj())
-                dA = torch.fft.irfft(dDf, n=length, dim=0)[:n_k].reshape(n_k, -1, d + 1)
+                dDf.mul_(hg.conj())
+                dA = torch.fft.irfft(dDf, n=length, dim=-1)[..., :n_k]
                 del dDf
-                dphi_k[g, :, a : a + mb] = torch.einsum("jme,je->jm", dA, vv)
-                dv[g] += torch.einsum("jme,jm->je", dA[..., :d], pk)
+                dphi_kT[g, a : a + mb] = (dA * vvT[None]).sum(1)
+                dvT[g] += (dA[:, :d] * pkT[a : a + mb, None, :]).sum(0)
         dcoeffs = None
         if need_c:
             dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
-        return dphi_q, dphi_k, dv, dcoeffs, None
+        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dvT.transpose(1, 2), dcoeffs, None
 
 
 def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):

@@ -27,10 +27,10 @@ from posenc._checks import check_choice, check_floating, check_positive_int, che
 #: (torch 2.13 CPU, float32, forward+backward, 1 to 128 channels): the direct
 #: product wins up to n ~ 64-128; see ``benchmarks/bench_krpe.py``
 #: (``toeplitz_crossover``) and docs/krpe.md.
-TOEPLITZ_DIRECT_MAX_N = 96
+TOEPLITZ_DIRECT_MAX_N = 128
 
 #: Default size of one block of spectra (bytes) in the FFT path.
-DEFAULT_BLOCK_BYTES = 64 * 2**20
+DEFAULT_BLOCK_BYTES = 16 * 2**20
 
 METHODS = ("auto", "fft", "direct")
 
