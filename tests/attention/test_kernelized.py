@@ -36,7 +36,7 @@ def draw(g, B, H, n_q, n_k, m, d, dtype=D):
     pq = torch.rand(B, H, n_q, m, dtype=dtype, generator=g) + 0.05
     pk = torch.rand(B, H, n_k, m, dtype=dtype, generator=g) + 0.05
     v = torch.randn(B, H, n_k, d, dtype=dtype, generator=g)
-    bias = 2 * torch.randn(H, n_q + n_k - 1, dtype=dtype, generator=g)
+    bias = 3 * (2 * torch.rand(H, n_q + n_k - 1, dtype=dtype, generator=g) - 1)  # range <= 6 nats
     return pq, pk, v, bias
 
 
