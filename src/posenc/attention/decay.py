@@ -22,7 +22,7 @@ import torch
 from posenc._checks import check_finite, check_positive_int
 from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv
 
-DEFAULT_CHUNK = 64
+DEFAULT_CHUNK = 16
 
 
 def check_decay(name: str, amplitudes: torch.Tensor, rates: torch.Tensor) -> None:
@@ -61,28 +61,91 @@ def decay_coeffs(
     return past + fut * (t > 0)
 
 
-def _scan_one(x: torch.Tensor, gamma: torch.Tensor, chunk: int) -> torch.Tensor:
-    """``h_i = gamma h_{i-1} + x_i`` along dim -2 for ``x (G, n, ch)``, ``gamma (G,)``."""
-    G, n, ch = x.shape
-    K = -(-n // chunk)
-    pad = K * chunk - n
-    if pad:
-        x = torch.cat((x, x.new_zeros(G, pad, ch)), dim=1)
-    xc = x.reshape(G, K, chunk, ch)
-    s = torch.arange(chunk, device=x.device, dtype=x.dtype)
-    diff = s[:, None] - s[None, :]
-    lg = torch.log(gamma.clamp_min(torch.finfo(x.dtype).tiny))[:, None, None]
-    M = torch.exp(lg * diff.clamp_min(0)) * (diff >= 0)  # (G, C, C) gamma^{s - s'}
-    intra = torch.einsum("gst,gktc->gksc", M, xc)
-    last = intra[:, :, -1]  # chunk totals with decay to the chunk's end: (G, K, ch)
-    gC = torch.exp(lg[:, :, 0] * chunk)  # (G, 1)
-    states = [x.new_zeros(G, ch)]
-    for k in range(K - 1):
-        states.append(gC * states[-1] + last[:, k])
-    H = torch.stack(states, dim=1)  # (G, K, ch) state entering chunk k
-    carry = torch.exp(lg[:, :, 0, None] * (s + 1))  # (G, 1, C) -> gamma^{s+1}
-    y = intra + carry[:, :, :, None] * H[:, :, None, :]
-    return y.reshape(G, K * chunk, ch)[:, :n]
+def _decay_matrix(lam: torch.Tensor, size: int) -> torch.Tensor:
+    """``M[p, s', s] = exp(-lam_p (s - s'))`` for ``s >= s'``, else 0: ``(P,) -> (P, size, size)``.
+
+    Laid out so that ``x @ M`` scans the last dim of ``x``.
+    """
+    s = torch.arange(size, device=lam.device, dtype=lam.dtype)
+    diff = s[None, :] - s[:, None]
+    return torch.exp(-lam[:, None, None] * diff.clamp_min(0)) * (diff >= 0)
+
+
+def _scan(x: torch.Tensor, lam: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Inclusive scan ``h_k = exp(-lam) h_{k-1} + x_k`` along the last dim of ``x (P, ch, K)``.
+
+    Chunks of ``chunk`` steps are one matrix product each (``(P, ch*K/C, C) @ (C, C)``);
+    the chunk-to-chunk carries are themselves a scan (rate ``chunk * lam``), done
+    recursively, so no Python loop runs over the sequence.
+    """
+    P, ch, K = x.shape
+    if K <= chunk:
+        return x @ _decay_matrix(lam, K)
+    nc = -(-K // chunk)
+    if nc * chunk != K:
+        x = torch.cat((x, x.new_zeros(P, ch, nc * chunk - K)), dim=-1)
+    intra = (x.reshape(P, ch * nc, chunk) @ _decay_matrix(lam, chunk)).reshape(P, ch, nc, chunk)
+    totals = _scan(intra[..., -1], lam * chunk, chunk)  # state at each chunk's end: (P, ch, nc)
+    carry_in = torch.cat((totals.new_zeros(P, ch, 1), totals[..., :-1]), dim=-1)
+    s = torch.arange(1, chunk + 1, device=x.device, dtype=x.dtype)
+    y = intra + carry_in[..., None] * torch.exp(-lam[:, None] * s)[:, None, None, :]
+    return y.reshape(P, ch, nc * chunk)[..., :K]
+
+
+def _cross_chunk(xc: torch.Tensor, a: torch.Tensor, lam: torch.Tensor, chunk: int, future: bool) -> torch.Tensor:
+    """Contributions from other chunks (past or future) of the terms ``a, lam (G, R)``.
+
+    ``xc (G, ch, K, C)`` channel-major chunks -> ``(G, ch, K, C)``.
+    """
+    G, ch, K, C = xc.shape
+    R = lam.shape[-1]
+    s = torch.arange(C, device=xc.device, dtype=xc.dtype)
+    if future:  # S'_k = sum_s g^s x_{k,s};  position s receives g^(C-s) F_k
+        w_in, w_out = s, C - s
+    else:  # S_k = sum_s g^(C-1-s) x_{k,s};  position s receives g^(s+1) H_k
+        w_in, w_out = C - 1 - s, s + 1
+    w_in = torch.exp(-lam[..., None] * w_in)  # (G, R, C)
+    w_out = a[..., None] * torch.exp(-lam[..., None] * w_out)
+    S = (xc.reshape(G, ch * K, C) @ w_in.transpose(1, 2)).reshape(G, ch, K, R)
+    S = S.permute(0, 3, 1, 2).reshape(G * R, ch, K)
+    if future:
+        S = S.flip(-1)
+    h = _scan(S, (lam * C).reshape(-1), chunk)
+    h = torch.cat((h.new_zeros(G * R, ch, 1), h[..., :-1]), dim=-1)  # exclusive
+    if future:
+        h = h.flip(-1)
+    h = h.reshape(G, R, ch, K).permute(0, 2, 3, 1).reshape(G, ch * K, R)
+    return (h @ w_out).reshape(G, ch, K, C)
+
+
+def decay_toeplitz_cm(
+    x: torch.Tensor,
+    amplitudes: torch.Tensor,
+    rates: torch.Tensor,
+    future: tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    chunk: int = DEFAULT_CHUNK,
+) -> torch.Tensor:
+    """:func:`decay_toeplitz` on channel-major ``x (G, channels, n)`` -> ``(G, channels, n)``."""
+    check_positive_int("chunk", chunk, minimum=2)
+    check_decay("past", amplitudes, rates)
+    if future is not None:
+        check_decay("future", *future)
+    G, ch, n = x.shape
+    C = min(chunk, n)
+    K = -(-n // C)
+    if K * C != n:
+        x = torch.cat((x, x.new_zeros(G, ch, K * C - n)), dim=-1)
+    c = decay_coeffs(amplitudes, rates, C, C, future)  # offsets -(C-1)..C-1
+    i = torch.arange(C, device=x.device)
+    Tt = c[:, i[:, None] - i[None, :] + C - 1]  # (G, C, C): Tt[s', s] = c_{s'-s}
+    y = (x.reshape(G, ch * K, C) @ Tt).reshape(G, ch, K, C)
+    if K > 1:
+        xc = x.reshape(G, ch, K, C)
+        y = y + _cross_chunk(xc, amplitudes, rates, chunk, future=False)
+        if future is not None:
+            y = y + _cross_chunk(xc, future[0], future[1], chunk, future=True)
+    return y.reshape(G, ch, K * C)[..., :n]
 
 
 def decay_toeplitz(
@@ -93,32 +156,23 @@ def decay_toeplitz(
     *,
     chunk: int = DEFAULT_CHUNK,
 ) -> torch.Tensor:
-    """``y_i = sum_j c_{j-i} x_j`` for the decay family, by chunked scans.
+    """``y_i = sum_j c_{j-i} x_j`` for the decay family, by a chunked scan.
+
+    Inside a chunk of C positions the product is one ``C x C`` Toeplitz matrix
+    (all terms, past and future, summed); across chunks each term carries a state
+    that decays by ``exp(-lambda C)`` per chunk. Work ``O(n C ch + n R ch)``, all
+    in matrix products over a channel-major layout.
 
     Args:
         x: ``(G, n, channels)``.
         amplitudes, rates: ``(G, R)`` past terms (``t <= 0``).
         future: ``(G, R')`` amplitudes and rates of ``t > 0``; None = causal.
-        chunk: scan chunk length C.
+        chunk: scan chunk length C (>= 2).
 
     Returns:
         ``(G, n, channels)``.
     """
-    check_positive_int("chunk", chunk)
-    check_decay("past", amplitudes, rates)
-    y = 0.0
-    for r in range(rates.shape[-1]):
-        y = y + amplitudes[:, r, None, None] * _scan_one(x, torch.exp(-rates[:, r]), chunk)
-    if future is not None:
-        fa, fr = future
-        check_decay("future", fa, fr)
-        xr = x.flip(1)
-        for r in range(fr.shape[-1]):
-            g = torch.exp(-fr[:, r])
-            h = _scan_one(xr, g, chunk)  # inclusive scan of the reversed sequence
-            strict = torch.cat((h.new_zeros(h.shape[0], 1, h.shape[2]), h[:, :-1]), dim=1) * g[:, None, None]
-            y = y + fa[:, r, None, None] * strict.flip(1)
-    return y
+    return decay_toeplitz_cm(x.transpose(1, 2), amplitudes, rates, future, chunk=chunk).transpose(1, 2)
 
 
 def decay_kernelized_attention(
@@ -155,11 +209,12 @@ def decay_kernelized_attention(
     d = v.shape[-1]
 
     def one(pq, pk, vh, a, lam, fa, fr):
-        A = (pk[..., None] * _vv(vh)[..., None, :]).reshape(B, n, -1)
+        # channel-major: A (B, m, d+1, n)
+        A = (pk.transpose(1, 2)[:, :, None, :] * _vv(vh).transpose(1, 2)[:, None, :, :]).reshape(B, -1, n)
         fut = None if fa is None else (fa.expand(B, -1), fr.expand(B, -1))
-        D = decay_toeplitz(A, a.expand(B, -1), lam.expand(B, -1), fut, chunk=chunk)
-        nd = torch.einsum("bim,bime->bie", pq, D.reshape(B, n, m, d + 1))
-        return nd[..., :d] / nd[..., d:]
+        D = decay_toeplitz_cm(A, a.expand(B, -1), lam.expand(B, -1), fut, chunk=chunk)
+        nd = (D.reshape(B, m, d + 1, n) * pq.transpose(1, 2)[:, :, None, :]).sum(1)  # (B, d+1, n)
+        return (nd[:, :d] / nd[:, d:]).transpose(1, 2)
 
     outs = []
     for h in range(H):
