@@ -12,6 +12,7 @@ from posenc.report.section import Section
 
 SECTIONS: dict[str, str] = {
     "coords": "posenc.report.coords:SECTION",
+    "krpe": "posenc.report.krpe:SECTION",
 }
 
 

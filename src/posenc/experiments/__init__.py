@@ -1,0 +1,1 @@
+"""One module per reproduced claim: frozen configs in, JSON-serialisable dicts out."""
