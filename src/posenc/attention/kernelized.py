@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc._checks import check_choice, check_finite, check_floating, check_positive_int, check_tensor
+from posenc._checks import check_choice, check_finite, check_floating, check_tensor
 from posenc.attention.toeplitz import (
     DEFAULT_BLOCK_BYTES,
     causal_coeffs,

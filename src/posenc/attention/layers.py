@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import check_choice, check_finite, check_positive_float, check_positive_int
-from posenc.attention.decay import decay_kernelized_attention
+from posenc.attention.decay import decay_coeffs, decay_kernelized_attention
 from posenc.attention.features import PositiveRandomFeatures, TrigRandomFeatures
 from posenc.attention.kernelized import (
     bounded_bias,
@@ -144,8 +144,6 @@ class KernelizedAttention(nn.Module):
             idx = relative_offsets(n_q, n_k, self.max_distance, device=self.bias.device)
             return bounded_bias(self.bias, self.bias_range)[:, idx]
         if self.rpe == "decay":
-            from posenc.attention.decay import decay_coeffs
-
             a, lam, fut = self._decay_params()
             return torch.log(decay_coeffs(a, lam, n_q, n_k, fut).clamp_min(1e-30))
         raise ValueError("rpe='none' has no bias")
