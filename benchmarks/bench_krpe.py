@@ -107,10 +107,11 @@ def _measure(spec: dict) -> dict:
             rows.append(row)
         return {"rows": rows}
 
-    q = torch.randn(1, H, n, d, generator=g).requires_grad_()
-    k = torch.randn(1, H, n, d, generator=g).requires_grad_()
-    v = torch.randn(1, H, n, d, generator=g).requires_grad_()
-    table = (0.1 * torch.randn(H, 2 * n - 1, generator=g)).requires_grad_()
+    if kind not in ("decode", "flex"):
+        q = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        k = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        v = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        table = (0.1 * torch.randn(H, 2 * n - 1, generator=g)).requires_grad_()
 
     if kind == "ours":
         pq = torch.rand(1, H, n, m, generator=g).requires_grad_()
@@ -145,6 +146,9 @@ def _measure(spec: dict) -> dict:
                 for _ in range(3):
                     torch.fft.irfft(torch.fft.rfft(xb, n=L, dim=-1), n=L, dim=-1)
 
+        if n >= 32768:  # one of each: ours was timed just before, the floor right after
+            out["floor_s"] = _best(floor, 1)
+            return out
         # interleave so the ratios see the same machine load
         f1, f2, o2 = [], [], []
         for _ in range(reps):
@@ -155,6 +159,33 @@ def _measure(spec: dict) -> dict:
         out["fwdbwd_s"] = min(out["fwdbwd_s"], min(o2))
         return out
 
+    if kind == "decode":
+        from posenc.attention.decay import DecayDecoder, decay_kernelized_attention
+
+        a, lam = torch.rand(H, 2, generator=g), torch.rand(H, 2, generator=g)
+        rows = []
+        for nn in spec["lengths"]:
+            dec = DecayDecoder(a, lam, 1, m, d)
+            pq, pk = torch.rand(1, H, m, generator=g), torch.rand(1, H, m, generator=g)
+            vv = torch.randn(1, H, d, generator=g)
+            steps = 0
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(nn):  # decode a whole sequence of length nn
+                    dec.step(pq, pk, vv)
+                    steps += 1
+            per_token = (time.perf_counter() - t0) / steps
+            # recomputing causal attention over the prefix for the last token (what FFT decoding must do)
+            fq, fk = torch.rand(1, H, nn, m, generator=g), torch.rand(1, H, nn, m, generator=g)
+            fv = torch.randn(1, H, nn, d, generator=g)
+            with torch.no_grad():
+                t_full = _best(lambda: kernelized_attention(fq, fk, fv, rpe_coeffs(torch.zeros(H, 2 * nn - 1), nn,
+                                                                                   causal=True), causal=True,
+                                                            method="fft"), 1)
+                t_scan = _best(lambda: decay_kernelized_attention(fq, fk, fv, a, lam), 1)
+            rows.append({"n": nn, "decoder_per_token_s": per_token, "fft_full_prefix_s": t_full,
+                         "scan_full_prefix_s": t_scan})
+        return {"rows": rows}
     if kind == "flex":
         from torch.nn.attention.flex_attention import flex_attention
 
@@ -223,7 +254,7 @@ def predict_mb(kind: str, n: int, H: int, d: int, m: int) -> float:
     base = 400.0
     lin = H * n * (2 * m + 3 * d) * f * 4
     if kind == "ours":
-        return base + lin + 3 * m * (d + 1) * 2 * n * f * 2.5  # floor's full-shape transforms dominate
+        return base + lin + 6 * m * (d + 1) * n * f  # the floor's full-shape transforms dominate
     if kind == "dense":
         return base + lin + 6 * H * n * n * f
     if kind == "sdpa_fixed":
@@ -274,9 +305,19 @@ def _extrapolate(points, n):
 def _crossover(ours: list[tuple[int, float]], other: list[tuple[int, float]]) -> dict:
     """Smallest measured n where ours is faster, else the crossing of the two log-log fits."""
     o = dict(ours)
+    prev = None
     for n, t in other:
         if n in o and o[n] < t:
-            return {"n": n, "how": "measured"}
+            if prev is None:
+                return {"n": n, "how": "ours already faster at the smallest measured n"}
+            (n0, t0), r0 = prev, o[prev[0]]
+            # crossing of the two log-log segments between n0 and n
+            s_o = math.log(o[n] / r0) / math.log(n / n0)
+            s_b = math.log(t / t0) / math.log(n / n0)
+            x = math.log(r0 / t0) / (s_b - s_o)
+            return {"n": round(n0 * math.exp(x)), "how": f"measured between n={n0} and n={n} (log-log interpolation)"}
+        if n in o:
+            prev = (n, t)
     fo, fb = _fit(ours), _fit(other)
     if not fo or not fb or fb[1] <= fo[1]:
         return {"n": None, "how": "no crossing within the fitted growth"}
@@ -318,9 +359,15 @@ def run(quick: bool) -> dict:
         kinds_full: list[str] = []
     else:
         kinds_full = kinds
+    max_n = {"ours": 16384, "decay": 4096}  # longer runs of these: see section 3 and the extrapolation
     for kind in kinds_full:
         rows = table.setdefault(kind, [])
         for n in lengths:
+            if n > max_n.get(kind, n):
+                measured = [(r["n"], r["fwdbwd_s"]) for r in rows if r.get("fwdbwd_s") and not r.get("extrapolated")]
+                rows.append({"n": n, "extrapolated": True, "fwdbwd_s": _extrapolate(measured, n),
+                             "reason": "not run at this size to keep the bench within 15 minutes"})
+                continue
             mem = predict_mb(kind, n, H, d, m)
             measured = [(r["n"], r["fwdbwd_s"]) for r in rows if "fwdbwd_s" in r and not r.get("extrapolated")]
             guess = _extrapolate(measured, n)
@@ -341,11 +388,24 @@ def run(quick: bool) -> dict:
             rows.append(res)
     result["table"] = table
 
-    # 3. ours at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
+    # 3. FlexAttention (compiled, forward only on CPU)
+    if quick:
+        result["flex"] = {"skipped": "quick profile (compiling FlexAttention takes ~40 s per shape on this CPU)"}
+    elif left() > 300:
+        result["flex"] = _child({"kind": "flex", "n": 0, "heads": H, "d": d, "m": m, "lengths": [1024, 4096],
+                                 "repeats": 1}, 240)
+    else:
+        result["flex"] = {"skipped": "bench time budget exhausted"}
+
+    # 4. autoregressive decoding with the decay RPE: O(1) per token vs recomputing the prefix
+    result["decode"] = _child({"kind": "decode", "n": 0, "heads": H, "d": d, "m": m,
+                               "lengths": [256, 1024] if quick else [1024, 4096]}, 300)
+
+    # 5. ours at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
     extra = []
     if not quick:
-        for mm, nn, hh in [(16, 4096, 8), (16, 16384, 8), (16, 65536, 8), (64, 4096, 8), (64, 16384, 8),
-                           (32, 4096, 1), (32, 16384, 1), (32, 65536, 1)]:
+        for mm, nn, hh in [(16, 65536, 8), (32, 4096, 1), (32, 16384, 1), (32, 65536, 1), (16, 4096, 8),
+                           (16, 16384, 8), (64, 4096, 8)]:
             if left() < 60:
                 extra.append({"n": nn, "m": mm, "heads": hh, "skipped": "bench time budget exhausted"})
                 continue
@@ -354,34 +414,29 @@ def run(quick: bool) -> dict:
             extra.append(res)
     result["ours_more"] = extra
 
-    # 4. FlexAttention (compiled, forward only on CPU)
-    if quick:
-        result["flex"] = {"skipped": "quick profile (compiling FlexAttention takes ~40 s per shape on this CPU)"}
-    elif left() > 200:
-        result["flex"] = _child({"kind": "flex", "n": 0, "heads": H, "d": d, "m": m, "lengths": [1024, 4096],
-                                 "repeats": 1}, max(120, left() - 30))
-    else:
-        result["flex"] = {"skipped": "bench time budget exhausted"}
-
-    # 5. derived numbers
+    # 6. derived numbers
     ours = [(r["n"], r["fwdbwd_s"]) for r in table["ours"] if r.get("fwdbwd_s") and not r.get("extrapolated")]
     derived: dict = {}
     ours_rows = [r for r in table["ours"] + extra if "floor_s" in r]
     derived["efficiency_vs_floor"] = [
         {"n": r["n"], "m": r.get("m", m), "heads": r.get("heads", H), "ours_s": r["fwdbwd_s"],
          "floor_s": r["floor_s"], "ratio": r["fwdbwd_s"] / r["floor_s"],
-         "floor_own_s": r["floor_own_s"], "ratio_own": r["fwdbwd_s"] / r["floor_own_s"],
+         "floor_own_s": r.get("floor_own_s"),
+         "ratio_own": r["fwdbwd_s"] / r["floor_own_s"] if r.get("floor_own_s") else None,
          "peak_rss_mb": r.get("peak_rss_mb")}
         for r in ours_rows
     ]
     for kind in ("sdpa_fixed", "sdpa_learned", "dense"):
         other = [(r["n"], r["fwdbwd_s"]) for r in table[kind] if r.get("fwdbwd_s") and not r.get("extrapolated")]
         derived[f"crossover_vs_{kind}"] = _crossover(ours, other)
-    if len(ours) >= 2:
-        big = [(n, t) for n, t in ours if n >= 4096]
-        if len(big) >= 2:
-            derived["slope_ours_4096_up"] = math.log(big[-1][1] / big[0][1]) / math.log(big[-1][0] / big[0][0])
-            derived["slope_range"] = [big[0][0], big[-1][0]]
+    groups: dict = {}
+    for r in ours_rows:
+        if r["n"] >= 4096:
+            groups.setdefault(f"m={r.get('m', m)},heads={r.get('heads', H)}", []).append((r["n"], r["fwdbwd_s"]))
+    derived["slope_ours_n_ge_4096"] = {
+        key: {"slope": math.log(p[-1][1] / p[0][1]) / math.log(p[-1][0] / p[0][0]), "from": p[0][0], "to": p[-1][0]}
+        for key, p in ((k, sorted(v)) for k, v in groups.items()) if len(p) >= 2
+    }
     for kind in kinds:
         pts = [(r["n"], r["fwdbwd_s"]) for r in table[kind] if r.get("fwdbwd_s") and not r.get("extrapolated")]
         fit = _fit(pts)
