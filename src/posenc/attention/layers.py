@@ -103,7 +103,7 @@ class KernelizedAttention(nn.Module):
         self.mode = check_choice("mode", mode, MODES)
         self.bias_range = None if bias_range is None else check_positive_float("bias_range", bias_range)
         self.compute_dtype = compute_dtype
-        self.method = method
+        self.method = check_choice("method", method, ("auto", "fft", "dense"))
         factory = {"device": device, "dtype": dtype}
         check_choice("feature_map", feature_map, FEATURES)
         cls = PositiveRandomFeatures if feature_map == "positive" else TrigRandomFeatures
