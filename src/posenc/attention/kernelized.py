@@ -27,7 +27,6 @@ in float64 (``eps = 2^-53``) when the range must be wide.
 
 from __future__ import annotations
 
-
 import torch
 
 from posenc._checks import check_choice, check_finite, check_floating, check_tensor
