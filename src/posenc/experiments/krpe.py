@@ -204,10 +204,13 @@ def make_batch(cfg: TrainConfig, g: torch.Generator) -> tuple[torch.Tensor, torc
     return x, y
 
 
-def _spikes(losses: list[float], window: int = 20, factor: float = 1.5) -> int:
+def _spikes(losses: list[float], window: int = 20, factor: float = 1.5, floor: float = 0.05) -> int:
+    """Steps whose loss exceeds ``factor`` x the median of the previous ``window`` steps
+    and that median by at least ``floor`` nats (so jitter of a converged ~0 loss is no spike)."""
     count = 0
     for t in range(window, len(losses)):
-        if losses[t] > factor * statistics.median(losses[t - window : t]):
+        med = statistics.median(losses[t - window : t])
+        if losses[t] > factor * med and losses[t] - med > floor:
             count += 1
     return count
 
@@ -393,7 +396,7 @@ def summarize(results: dict[str, dict]) -> dict:
         }
         big = [r for r in rows if r["n"] >= 1024]
         s_fft = _slope([r["n"] for r in big], [r["fft"] for r in big])
-        summary["claims"]["fft_grows_subquadratically"] = {"holds": bool(s_fft is not None and s_fft < 1.5),
+        summary["claims"]["fft_grows_subquadratically"] = {"holds": bool(s_fft is not None and s_fft <= 1.2),
                                                            "slope_fft_n_ge_1024": s_fft, "lengths": ns}
     train: dict = {}
     for key, res in results.items():
