@@ -142,9 +142,11 @@ def decay_toeplitz_cm(
     y = (x.reshape(G, ch * K, C) @ Tt).reshape(G, ch, K, C)
     if K > 1:
         xc = x.reshape(G, ch, K, C)
-        y = y + _cross_chunk(xc, amplitudes, rates, chunk, future=False)
+        # in place: the product's backward needs its inputs only, and fresh full-size
+        # buffers cost page faults that dominate these memory-bound passes
+        y.add_(_cross_chunk(xc, amplitudes, rates, chunk, future=False))
         if future is not None:
-            y = y + _cross_chunk(xc, future[0], future[1], chunk, future=True)
+            y.add_(_cross_chunk(xc, future[0], future[1], chunk, future=True))
     return y.reshape(G, ch, K * C)[..., :n]
 
 
@@ -186,6 +188,7 @@ def decay_kernelized_attention(
     key_padding_mask: torch.Tensor | None = None,
     chunk: int = DEFAULT_CHUNK,
     checkpoint: bool = True,
+    block_bytes: int = 4 * 2**20,
 ) -> torch.Tensor:
     """Eq. 10 of Luo et al. with a decay-family RPE, by linear recurrences.
 
@@ -195,6 +198,7 @@ def decay_kernelized_attention(
         key_padding_mask: ``(B, n)`` bool, True = padded key.
         checkpoint: recompute each head's scan in backward (memory of one head's
             ``n x m x (d+1)`` tensor instead of all heads').
+        block_bytes: size of the blocks of features processed in turn.
 
     Returns:
         ``(B, H, n, d)``.
@@ -208,12 +212,21 @@ def decay_kernelized_attention(
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
     d = v.shape[-1]
 
+    # Blocks of features keep every temporary below ``block_bytes``: small enough to stay
+    # in cache and to be recycled by the allocator (fresh buffers above glibc's 32 MiB mmap
+    # threshold cost page faults that dominated these memory-bound passes).
+    mb = max(1, min(m, block_bytes // max(1, B * (d + 1) * n * v.element_size())))
+
     def one(pq, pk, vh, a, lam, fa, fr):
-        # channel-major: A (B, m, d+1, n)
-        A = (pk.transpose(1, 2)[:, :, None, :] * _vv(vh).transpose(1, 2)[:, None, :, :]).reshape(B, -1, n)
         fut = None if fa is None else (fa.expand(B, -1), fr.expand(B, -1))
-        D = decay_toeplitz_cm(A, a.expand(B, -1), lam.expand(B, -1), fut, chunk=chunk)
-        nd = (D.reshape(B, m, d + 1, n) * pq.transpose(1, 2)[:, :, None, :]).sum(1)  # (B, d+1, n)
+        vvT = _vv(vh).transpose(1, 2)[:, None, :, :]  # (B, 1, d+1, n)
+        pkT, pqT = pk.transpose(1, 2), pq.transpose(1, 2)  # (B, m, n)
+        nd = 0.0
+        for s in range(0, m, mb):
+            # channel-major block: A (B, mb, d+1, n)
+            A = (pkT[:, s : s + mb, None, :] * vvT).reshape(B, -1, n)
+            D = decay_toeplitz_cm(A, a.expand(B, -1), lam.expand(B, -1), fut, chunk=chunk)
+            nd = nd + (D.reshape(B, -1, d + 1, n) * pqT[:, s : s + mb, None, :]).sum(1)  # (B, d+1, n)
         return (nd[:, :d] / nd[:, d:]).transpose(1, 2)
 
     outs = []
