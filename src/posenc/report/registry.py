@@ -13,6 +13,7 @@ from posenc.report.section import Section
 SECTIONS: dict[str, str] = {
     "coords": "posenc.report.coords:SECTION",
     "lff": "posenc.report.lff:SECTION",
+    "krpe": "posenc.report.krpe:SECTION",
     "gir": "posenc.report.gir:SECTION",
 }
 

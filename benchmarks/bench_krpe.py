@@ -1,0 +1,456 @@
+"""Benchmark of kernelized attention with RPE (issue 4, section 5).
+
+Every configuration runs in a fresh child process (``python -c ...``) so that its
+peak resident memory (``ru_maxrss``) is its own. Configurations whose predicted
+memory exceeds ``MEMORY_LIMIT_MB`` or whose predicted time exceeds the remaining
+budget are skipped and extrapolated from a log-log fit of the measured points
+(marked ``"extrapolated": true`` with the reason).
+
+Methods (batch 1, H heads, head dim d, m features, forward+backward unless noted):
+
+* ``ours``: :func:`posenc.attention.kernelized_attention` FFT path, learned bias
+  (gradient w.r.t. the 2n-1 coefficients), features given.
+* ``floor``: the rfft/irfft calls of a straightforward FFT implementation on the
+  same shapes alone (per head: rfft + irfft of the ``n x m(d+1)`` tensor in
+  forward, the same two in backward), measured in the same child as ``ours``.
+* ``floor_own``: the transforms our implementation issues (6 per block: forward
+  2, backward 4, on the same block shapes), i.e. the floor of this design.
+* ``dense``: kernelized attention with the n x n RPE matrix materialised.
+* ``sdpa_fixed`` / ``sdpa_learned``: softmax SDPA with a materialised bias (fixed,
+  or built from a learned table so the gradient goes through the n x n bias).
+* ``flex``: FlexAttention with a relative-bias ``score_mod`` (compiled; forward
+  only, CPU has no FlexAttention backward in torch 2.13).
+* ``performer``: kernelized attention without RPE (linear attention).
+* ``decay``: the exponential-decay RPE (2 terms each side) by chunked scans.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MEMORY_LIMIT_MB = 9000.0
+ROOT = Path(__file__).resolve().parent.parent
+
+# ------------------------------------------------------------------ child side
+
+
+def _child_main() -> None:
+    spec = json.loads(sys.stdin.read())
+    if "sweep" in spec:  # quick profile: one child per method, lengths in increasing order
+        rows = []
+        for n in spec.pop("sweep"):
+            rows.append({**_measure({**spec, "n": n}), "n": n, "shared_process": True})
+        print(json.dumps({"rows": rows}))
+        return
+    print(json.dumps(_measure(spec)))
+
+
+def _rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _best(fn, repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _measure(spec: dict) -> dict:
+    import torch
+
+    torch.set_num_threads(spec.get("threads", 1))
+    from posenc.attention.kernelized import _block_features, kernelized_attention, rpe_coeffs
+    from posenc.attention.reference import rpe_matrix
+    from posenc.attention.toeplitz import DEFAULT_BLOCK_BYTES, next_fast_len, toeplitz_matmul
+
+    kind, n, H, d, m = spec["kind"], spec["n"], spec["heads"], spec["d"], spec["m"]
+    reps = spec.get("repeats", 1)
+    base = _rss_mb()
+    g = torch.Generator().manual_seed(0)
+    out: dict = {"baseline_rss_mb": base}
+
+    if kind == "crossover_toeplitz":
+        rows = []
+        for nn in spec["lengths"]:
+            x = torch.randn(H, nn, spec["channels"], generator=g).requires_grad_()
+            c = torch.rand(H, 2 * nn - 1, generator=g).requires_grad_()
+            row = {"n": nn}
+            for meth in ("direct", "fft"):
+                fn = lambda: toeplitz_matmul(c, x, method=meth).sum().backward()  # noqa: E731
+                fn()
+                row[meth] = _best(fn, reps)
+            rows.append(row)
+        return {"rows": rows}
+    if kind == "crossover_attention":
+        rows = []
+        for nn in spec["lengths"]:
+            pq = torch.rand(1, H, nn, m, generator=g).requires_grad_()
+            pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
+            v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
+            c = torch.rand(H, 2 * nn - 1, generator=g).requires_grad_()
+            row = {"n": nn}
+            for meth in ("dense", "fft"):
+                fn = lambda: kernelized_attention(pq, pk, v, c, method=meth).sum().backward()  # noqa: E731
+                fn()
+                row[meth] = _best(fn, reps)
+            rows.append(row)
+        return {"rows": rows}
+
+    if kind not in ("decode", "flex"):
+        q = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        k = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        v = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        table = (0.1 * torch.randn(H, 2 * n - 1, generator=g)).requires_grad_()
+
+    if kind == "ours":
+        pq = torch.rand(1, H, n, m, generator=g).requires_grad_()
+        pk = torch.rand(1, H, n, m, generator=g).requires_grad_()
+
+        def fwd():
+            with torch.no_grad():
+                kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft")
+
+        def fwdbwd():
+            kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft").sum().backward()
+
+        if n <= 4096:
+            fwdbwd()  # warm-up
+        out["fwdbwd_s"] = _best(fwdbwd, reps)
+        out["peak_rss_mb"] = _rss_mb()  # ours' own peak, before the floors allocate
+        out["fwd_s"] = _best(fwd, reps)
+        L = next_fast_len(2 * n - 1)
+        x = torch.randn(m * (d + 1), n, generator=g)
+
+        def floor():  # straightforward implementation: 4 transforms per head on full shapes
+            for _ in range(H):
+                for _ in range(2):
+                    torch.fft.irfft(torch.fft.rfft(x, n=L, dim=-1), n=L, dim=-1)
+
+        mb = _block_features(L, m, d + 1, DEFAULT_BLOCK_BYTES, 4)
+        xb = torch.randn(mb * (d + 1), n, generator=g)
+        blocks = math.ceil(m / mb)
+
+        def floor_own():  # our design: 6 transforms per block
+            for _ in range(H * blocks):
+                for _ in range(3):
+                    torch.fft.irfft(torch.fft.rfft(xb, n=L, dim=-1), n=L, dim=-1)
+
+        if n >= 32768:  # one of each: ours was timed just before, the floor right after
+            out["floor_s"] = _best(floor, 1)
+            return out
+        # interleave so the ratios see the same machine load
+        f1, f2, o2 = [], [], []
+        for _ in range(reps):
+            f1.append(_best(floor, 1))
+            f2.append(_best(floor_own, 1))
+            o2.append(_best(fwdbwd, 1))
+        out["floor_s"], out["floor_own_s"] = min(f1), min(f2)
+        out["fwdbwd_s"] = min(out["fwdbwd_s"], min(o2))
+        return out
+
+    if kind == "decode":
+        from posenc.attention.decay import DecayDecoder, decay_kernelized_attention
+
+        a, lam = torch.rand(H, 2, generator=g), torch.rand(H, 2, generator=g)
+        rows = []
+        for nn in spec["lengths"]:
+            dec = DecayDecoder(a, lam, 1, m, d)
+            pq, pk = torch.rand(1, H, m, generator=g), torch.rand(1, H, m, generator=g)
+            vv = torch.randn(1, H, d, generator=g)
+            steps = 0
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(nn):  # decode a whole sequence of length nn
+                    dec.step(pq, pk, vv)
+                    steps += 1
+            per_token = (time.perf_counter() - t0) / steps
+            # recomputing causal attention over the prefix for the last token (what FFT decoding must do)
+            fq, fk = torch.rand(1, H, nn, m, generator=g), torch.rand(1, H, nn, m, generator=g)
+            fv = torch.randn(1, H, nn, d, generator=g)
+            with torch.no_grad():
+                t_full = _best(lambda: kernelized_attention(fq, fk, fv, rpe_coeffs(torch.zeros(H, 2 * nn - 1), nn,
+                                                                                   causal=True), causal=True,
+                                                            method="fft"), 1)
+                t_scan = _best(lambda: decay_kernelized_attention(fq, fk, fv, a, lam), 1)
+            rows.append({"n": nn, "decoder_per_token_s": per_token, "fft_full_prefix_s": t_full,
+                         "scan_full_prefix_s": t_scan})
+        return {"rows": rows}
+    if kind == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        compiled = torch.compile(flex_attention, dynamic=False)
+        res = []
+        for nn in spec["lengths"]:
+            qq, kk, vv = (torch.randn(1, H, nn, d, generator=g) for _ in range(3))
+            bias = torch.randn(H, 2 * nn - 1, generator=g)
+
+            def score_mod(score, b, h, q_idx, kv_idx, bias=bias, nn=nn):
+                return score + bias[h, kv_idx - q_idx + nn - 1]
+
+            t0 = time.perf_counter()
+            compiled(qq, kk, vv, score_mod=score_mod)
+            first = time.perf_counter() - t0
+            res.append({"n": nn, "fwd_s": _best(lambda: compiled(qq, kk, vv, score_mod=score_mod), reps),
+                        "first_call_s": first, "peak_rss_mb": _rss_mb()})
+        try:
+            qq.requires_grad_()
+            compiled(qq, kk, vv, score_mod=score_mod).sum().backward()
+            backward = "ran"
+        except Exception as exc:  # noqa: BLE001 - recorded, not hidden
+            backward = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return {"rows": res, "backward": backward}
+
+    pq = torch.rand(1, H, n, m, generator=g).requires_grad_()
+    pk = torch.rand(1, H, n, m, generator=g).requires_grad_()
+    if kind == "dense":
+        def fn():
+            kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="dense").sum().backward()
+    elif kind == "sdpa_fixed":
+        fixed = rpe_matrix(table.detach(), n, n)[None]
+
+        def fn():
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=fixed).sum().backward()
+    elif kind == "sdpa_learned":
+        def fn():
+            bias = rpe_matrix(table, n, n)[None]
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward()
+    elif kind == "performer":
+        def fn():
+            kernelized_attention(pq, pk, v, None).sum().backward()
+    elif kind == "decay":
+        from posenc.attention.decay import decay_kernelized_attention
+
+        a = torch.rand(H, 2, generator=g).requires_grad_()
+        lam = torch.rand(H, 2, generator=g).requires_grad_()
+
+        def fn():
+            decay_kernelized_attention(pq, pk, v, a, lam, (a, lam)).sum().backward()
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+    if n <= 4096:
+        fn()  # warm-up (lazy initialisation, allocator)
+    out["fwdbwd_s"] = _best(fn, reps)
+    out["peak_rss_mb"] = _rss_mb()
+    return out
+
+
+# ------------------------------------------------------------------ parent side
+
+
+def predict_mb(kind: str, n: int, H: int, d: int, m: int) -> float:
+    """Rough peak-memory model (MiB) used to skip configurations that would not fit."""
+    f = 4 / 2**20
+    base = 400.0
+    lin = H * n * (2 * m + 3 * d) * f * 4
+    if kind == "ours":
+        return base + lin + 6 * m * (d + 1) * n * f  # the floor's full-shape transforms dominate
+    if kind == "dense":
+        return base + lin + 6 * H * n * n * f
+    if kind == "sdpa_fixed":
+        return base + lin + 3.5 * H * n * n * f
+    if kind == "sdpa_learned":
+        return base + lin + 6 * H * n * n * f
+    if kind == "decay":
+        return base + lin + 10 * n * m * (d + 1) * f
+    return base + lin
+
+
+GROWTH = {"ours": 1.15, "dense": 2.0, "sdpa_fixed": 2.0, "sdpa_learned": 2.0, "performer": 1.0, "decay": 1.05}
+
+
+def _child(spec: dict, timeout: float) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from benchmarks.bench_krpe import _child_main; _child_main()"],
+            input=json.dumps(spec), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:.0f} s", "wall_s": time.perf_counter() - t0}
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-600:], "wall_s": time.perf_counter() - t0}
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def _fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """``log t = a + s log n`` through the last two points."""
+    pts = [(n, t) for n, t in points if t and t > 0][-2:]
+    if len(pts) < 2:
+        return None
+    (n1, t1), (n2, t2) = pts
+    s = math.log(t2 / t1) / math.log(n2 / n1)
+    return math.log(t1) - s * math.log(n1), s
+
+
+def _extrapolate(points, n):
+    fit = _fit(points)
+    return None if fit is None else math.exp(fit[0] + fit[1] * math.log(n))
+
+
+def _crossover(ours: list[tuple[int, float]], other: list[tuple[int, float]]) -> dict:
+    """Smallest measured n where ours is faster, else the crossing of the two log-log fits."""
+    o = dict(ours)
+    prev = None
+    for n, t in other:
+        if n in o and o[n] < t:
+            if prev is None:
+                return {"n": n, "how": "ours already faster at the smallest measured n"}
+            (n0, t0), r0 = prev, o[prev[0]]
+            # crossing of the two log-log segments between n0 and n
+            s_o = math.log(o[n] / r0) / math.log(n / n0)
+            s_b = math.log(t / t0) / math.log(n / n0)
+            x = math.log(r0 / t0) / (s_b - s_o)
+            return {"n": round(n0 * math.exp(x)), "how": f"measured between n={n0} and n={n} (log-log interpolation)"}
+        if n in o:
+            prev = (n, t)
+    fo, fb = _fit(ours), _fit(other)
+    if not fo or not fb or fb[1] <= fo[1]:
+        return {"n": None, "how": "no crossing within the fitted growth"}
+    n_star = math.exp((fo[0] - fb[0]) / (fb[1] - fo[1]))
+    return {"n": round(n_star), "how": f"extrapolated from log-log fits (slopes ours {fo[1]:.2f}, other {fb[1]:.2f})"}
+
+
+def run(quick: bool) -> dict:
+    budget = 90.0 if quick else 840.0
+    start = time.perf_counter()
+    H, d, m = (2, 64, 32) if quick else (8, 64, 32)
+    lengths = [512, 2048] if quick else [256, 1024, 4096, 16384, 65536]
+    reps = 1
+    result: dict = {
+        "settings": {"threads": 1, "batch": 1, "heads": H, "head_dim": d, "features": m,
+                     "memory_limit_mb": MEMORY_LIMIT_MB, "budget_s": budget},
+        "notes": [],
+    }
+
+    def left() -> float:
+        return budget - (time.perf_counter() - start)
+
+    # 1. crossovers (small sizes, direct vs FFT)
+    tl = [16, 32, 64, 128, 256, 512] if not quick else [64, 256]
+    result["toeplitz_crossover"] = _child(
+        {"kind": "crossover_toeplitz", "n": 0, "heads": 4, "d": 0, "m": 0, "channels": 64, "lengths": tl,
+         "repeats": 3}, 300)
+    al = [256, 512, 1024, 2048, 4096] if not quick else [512, 2048]
+    result["attention_crossover"] = _child(
+        {"kind": "crossover_attention", "n": 0, "heads": 1, "d": d, "m": m, "lengths": al, "repeats": 2}, 300)
+
+    # 2. main table: every method, growing n
+    table: dict[str, list[dict]] = {}
+    kinds = ["ours", "sdpa_fixed", "sdpa_learned", "dense", "performer", "decay"]
+    if quick:  # one child per method (peak memory is then the max over the lengths so far)
+        for kind in kinds:
+            res = _child({"kind": kind, "heads": H, "d": d, "m": m, "repeats": reps, "sweep": lengths}, 120)
+            table[kind] = res.get("rows", [res])
+        kinds_full: list[str] = []
+    else:
+        kinds_full = kinds
+    max_n = {"ours": 16384, "decay": 4096}  # longer runs of these: see section 3 and the extrapolation
+    for kind in kinds_full:
+        rows = table.setdefault(kind, [])
+        for n in lengths:
+            if n > max_n.get(kind, n):
+                measured = [(r["n"], r["fwdbwd_s"]) for r in rows if r.get("fwdbwd_s") and not r.get("extrapolated")]
+                rows.append({"n": n, "extrapolated": True, "fwdbwd_s": _extrapolate(measured, n),
+                             "reason": "not run at this size to keep the bench within 15 minutes"})
+                continue
+            mem = predict_mb(kind, n, H, d, m)
+            measured = [(r["n"], r["fwdbwd_s"]) for r in rows if "fwdbwd_s" in r and not r.get("extrapolated")]
+            guess = _extrapolate(measured, n)
+            if guess is None and measured:
+                guess = measured[-1][1] * (n / measured[-1][0]) ** GROWTH[kind]
+            cost = (guess or 1.0) * (3 if kind == "ours" else 1.5) + 5
+            reason = None
+            if mem > MEMORY_LIMIT_MB:
+                reason = f"predicted memory {mem:.0f} MB > {MEMORY_LIMIT_MB:.0f} MB"
+            elif cost > max(left(), 0) * (0.5 if kind != "ours" else 0.9):
+                reason = f"predicted time {cost:.0f} s exceeds the remaining budget ({left():.0f} s)"
+            if reason:
+                rows.append({"n": n, "extrapolated": True, "reason": reason, "predicted_mb": mem,
+                             "fwdbwd_s": _extrapolate(measured, n)})
+                continue
+            res = _child({"kind": kind, "n": n, "heads": H, "d": d, "m": m, "repeats": reps}, max(120, 4 * cost))
+            res.update({"n": n, "predicted_mb": mem})
+            rows.append(res)
+    result["table"] = table
+
+    # 3. FlexAttention (compiled, forward only on CPU)
+    if quick:
+        result["flex"] = {"skipped": "quick profile (compiling FlexAttention takes ~40 s per shape on this CPU)"}
+    elif left() > 300:
+        result["flex"] = _child({"kind": "flex", "n": 0, "heads": H, "d": d, "m": m, "lengths": [1024, 4096],
+                                 "repeats": 1}, 240)
+    else:
+        result["flex"] = {"skipped": "bench time budget exhausted"}
+
+    # 4. autoregressive decoding with the decay RPE: O(1) per token vs recomputing the prefix
+    result["decode"] = _child({"kind": "decode", "n": 0, "heads": H, "d": d, "m": m,
+                               "lengths": [256, 1024] if quick else [1024, 4096]}, 300)
+
+    # 5. ours at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
+    extra = []
+    if not quick:
+        for mm, nn, hh in [(16, 65536, 8), (32, 4096, 1), (32, 16384, 1), (32, 65536, 1), (16, 4096, 8),
+                           (16, 16384, 8), (64, 4096, 8)]:
+            if left() < 60:
+                extra.append({"n": nn, "m": mm, "heads": hh, "skipped": "bench time budget exhausted"})
+                continue
+            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 1}, max(60, left()))
+            res.update({"n": nn, "m": mm, "heads": hh})
+            extra.append(res)
+    result["ours_more"] = extra
+
+    # 6. derived numbers
+    ours = [(r["n"], r["fwdbwd_s"]) for r in table["ours"] if r.get("fwdbwd_s") and not r.get("extrapolated")]
+    derived: dict = {}
+    ours_rows = [r for r in table["ours"] + extra if "floor_s" in r]
+    derived["efficiency_vs_floor"] = [
+        {"n": r["n"], "m": r.get("m", m), "heads": r.get("heads", H), "ours_s": r["fwdbwd_s"],
+         "floor_s": r["floor_s"], "ratio": r["fwdbwd_s"] / r["floor_s"],
+         "floor_own_s": r.get("floor_own_s"),
+         "ratio_own": r["fwdbwd_s"] / r["floor_own_s"] if r.get("floor_own_s") else None,
+         "peak_rss_mb": r.get("peak_rss_mb")}
+        for r in ours_rows
+    ]
+    for kind in ("sdpa_fixed", "sdpa_learned", "dense"):
+        other = [(r["n"], r["fwdbwd_s"]) for r in table[kind] if r.get("fwdbwd_s") and not r.get("extrapolated")]
+        derived[f"crossover_vs_{kind}"] = _crossover(ours, other)
+    groups: dict = {}
+    for r in ours_rows:
+        if r["n"] >= 4096:
+            groups.setdefault(f"m={r.get('m', m)},heads={r.get('heads', H)}", []).append((r["n"], r["fwdbwd_s"]))
+    derived["slope_ours_n_ge_4096"] = {
+        key: {"slope": math.log(p[-1][1] / p[0][1]) / math.log(p[-1][0] / p[0][0]), "from": p[0][0], "to": p[-1][0]}
+        for key, p in ((k, sorted(v)) for k, v in groups.items()) if len(p) >= 2
+    }
+    for kind in kinds:
+        pts = [(r["n"], r["fwdbwd_s"]) for r in table[kind] if r.get("fwdbwd_s") and not r.get("extrapolated")]
+        fit = _fit(pts)
+        derived[f"slope_last_two_{kind}"] = None if fit is None else fit[1]
+    mem_target = [r for r in extra if r.get("n") == 65536 and r.get("m") == 16 and r.get("heads") == 8]
+    if mem_target and "peak_rss_mb" in mem_target[0]:
+        derived["memory_target_65536x8_m16"] = {"peak_rss_mb": mem_target[0]["peak_rss_mb"],
+                                                "within_8GB": mem_target[0]["peak_rss_mb"] <= 8192,
+                                                "fwdbwd_s": mem_target[0]["fwdbwd_s"]}
+    result["derived"] = derived
+    result["notes"].append("No GPU is lent to this task; every number is CPU, 1 torch thread, on a 2-core machine "
+                           "shared with other jobs (timings are noisy; compare ratios within one run).")
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))

@@ -1,0 +1,308 @@
+"""Kernelized attention with relative positional encoding (RPE) in O(n log n).
+
+Luo et al., "Stable, Fast and Accurate: Kernelized Attention with Relative
+Positional Encoding" (NeurIPS 2021), Eq. 10::
+
+    z_i = phi(q_i) sum_j c_{j-i} phi(k_j)^T v_j  /  phi(q_i) sum_j c_{j-i} phi(k_j)^T,
+    c_t = exp(b_t).
+
+Both sums are Toeplitz products (:mod:`posenc.attention.toeplitz`) of the
+``n x m x (d+1)`` tensor ``A_j = phi(k_j) (x) [v_j, 1]`` (value channels plus one
+channel of ones for the denominator).
+
+:func:`kernelized_attention` is the functional core. Its FFT path is a custom
+autograd function that walks over (batch x head) slices and blocks of feature
+channels in turn and recomputes spectra in backward, so its memory is
+``O(B H n (m + d))`` for inputs and outputs plus one block of spectra -- never
+``O(n^2)`` and never ``O(B H n m d)``.
+
+Numerical guarantee (see docs/krpe.md): with coefficients ``c_t`` in
+``[exp(-B), 1]`` (:func:`rpe_coeffs` subtracts the maximum bias, which cancels
+between numerator and denominator; ``bias_range=B`` in the module bounds the
+range), non-negative features and FFT length L, the output satisfies
+``|z_fft - z| <= eps * log2(L) * exp(B) * max|v|`` (float32 ``eps = 2^-24``;
+tested for B up to 20 nats). Pass ``compute_dtype=torch.float64`` to accumulate
+in float64 (``eps = 2^-53``) when the range must be wide.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc._checks import check_choice, check_finite, check_floating, check_tensor
+from posenc.attention.toeplitz import (
+    DEFAULT_BLOCK_BYTES,
+    causal_coeffs,
+    check_coeffs,
+    circulant_kernel,
+    kernel_grad_to_coeffs,
+    next_fast_len,
+    toeplitz_dense,
+)
+
+#: ``method="auto"`` uses the dense O(n^2) path when ``n_q * n_k`` is at most
+#: this square. Measured crossover of forward+backward (1 head, d = 64, m = 32,
+#: float32, 1 thread) on the development machine: see ``bench_krpe.py``
+#: (``attention_crossover``) and docs/krpe.md.
+DENSE_MAX_N = 1536
+
+METHODS = ("auto", "fft", "dense")
+
+
+def rpe_coeffs(bias: torch.Tensor, n_q: int, causal: bool = False) -> torch.Tensor:
+    """``c_t = exp(b_t - max b)`` over the offsets a query can see.
+
+    Subtracting the maximum leaves the attention unchanged (it cancels between
+    numerator and denominator) and puts every coefficient in ``(0, 1]``, the
+    condition of the float32 error bound. With ``causal`` the future offsets
+    ``t > 0`` get ``c_t = 0`` and are excluded from the maximum.
+
+    Args:
+        bias: ``(..., n_q + n_k - 1)`` biases ``b_t`` of offsets ``-(n_q-1)..n_k-1``.
+        n_q: number of queries.
+        causal: zero the future offsets.
+    """
+    check_finite("bias", bias)
+    if causal:
+        future = torch.arange(bias.shape[-1], device=bias.device) > n_q - 1
+        bias = bias.masked_fill(future, float("-inf"))
+    top = bias.amax(-1, keepdim=True).detach()
+    return torch.exp(bias - top)
+
+
+def _block_features(length: int, m: int, d1: int, block_bytes: int, itemsize: int) -> int:
+    per_feature = (length // 2 + 1) * 2 * itemsize * d1 * 3
+    return max(1, min(m, block_bytes // max(per_feature, 1)))
+
+
+def _vv(v: torch.Tensor) -> torch.Tensor:
+    return torch.cat((v, v.new_ones((*v.shape[:-1], 1))), dim=-1)
+
+
+class KernelizedRPEFunction(torch.autograd.Function):
+    """Eq. 10 by FFT on flattened slices; stores inputs and ``den``, recomputes spectra.
+
+    ``phi_q (G, n_q, m)``, ``phi_k (G, n_k, m)``, ``v (G, n_k, d)``,
+    ``coeffs (G, n_q + n_k - 1)`` -> ``z (G, n_q, d)``.
+
+    Work is done per slice g and per block of features in a channel-major layout
+    (``(features, d+1, n)``, FFT along the last, contiguous dim), which keeps the
+    transforms cache-friendly and every contraction a plain multiply-and-sum.
+    """
+
+    @staticmethod
+    def forward(ctx, phi_q, phi_k, v, coeffs, block_bytes: int):  # type: ignore[override]
+        G, n_q, m = phi_q.shape
+        n_k, d = v.shape[-2:]
+        length = next_fast_len(n_q + n_k - 1)
+        mb = _block_features(length, m, d + 1, block_bytes, v.element_size())
+        hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
+        num_den = v.new_zeros((G, d + 1, n_q))
+        for g in range(G):
+            vvT = _vv(v[g]).T.contiguous()  # (d+1, n_k)
+            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()  # (m, n)
+            for a in range(0, m, mb):
+                A = pkT[a : a + mb, None, :] * vvT[None]  # (mb, d+1, n_k)
+                Af = torch.fft.rfft(A, n=length, dim=-1)
+                del A
+                Af.mul_(hf[g])
+                D = torch.fft.irfft(Af, n=length, dim=-1)[..., :n_q]
+                del Af
+                num_den[g] += (D * pqT[a : a + mb, None, :]).sum(0)
+        den = num_den[:, d]
+        z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
+        ctx.save_for_backward(phi_q, phi_k, v, coeffs, z, den)
+        ctx.length, ctx.mb = length, mb
+        return z
+
+    @staticmethod
+    def backward(ctx, dz):  # type: ignore[override]
+        phi_q, phi_k, v, coeffs, z, den = ctx.saved_tensors
+        length, mb = ctx.length, ctx.mb
+        G, n_q, m = phi_q.shape
+        n_k, d = v.shape[-2:]
+        hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
+        need_c = ctx.needs_input_grad[3]
+        dphi_qT = phi_q.new_empty((G, m, n_q))
+        dphi_kT = phi_k.new_empty((G, m, n_k))
+        dvT = v.new_zeros((G, d, n_k))
+        cross = hf.new_zeros(hf.shape) if need_c else None
+        # gradient w.r.t. [num_i, den_i], channel-major: (G, d+1, n_q)
+        gnum = dz / den[..., None]
+        gden = -(dz * z).sum(-1, keepdim=True) / den[..., None]
+        gradT = torch.cat((gnum, gden), dim=-1).transpose(1, 2).contiguous()
+        for g in range(G):
+            vvT = _vv(v[g]).T.contiguous()
+            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()
+            hg = hf[g]
+            for a in range(0, m, mb):
+                A = pkT[a : a + mb, None, :] * vvT[None]
+                Af = torch.fft.rfft(A, n=length, dim=-1)
+                del A
+                D = torch.fft.irfft(Af * hg, n=length, dim=-1)[..., :n_q]
+                dphi_qT[g, a : a + mb] = (D * gradT[g][None]).sum(1)
+                del D
+                dD = pqT[a : a + mb, None, :] * gradT[g][None]  # (mb, d+1, n_q)
+                dDf = torch.fft.rfft(dD, n=length, dim=-1)
+                del dD
+                if need_c:
+                    cross[g] += (Af.conj_physical_() * dDf).sum((0, 1))
+                del Af
+                dDf.mul_(hg.conj())
+                dA = torch.fft.irfft(dDf, n=length, dim=-1)[..., :n_k]
+                del dDf
+                dphi_kT[g, a : a + mb] = (dA * vvT[None]).sum(1)
+                dvT[g] += (dA[:, :d] * pkT[a : a + mb, None, :]).sum(0)
+        dcoeffs = None
+        if need_c:
+            dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
+        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dvT.transpose(1, 2), dcoeffs, None
+
+
+def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
+    s = phi_q @ phi_k.transpose(-1, -2)
+    if coeffs is not None:
+        s = s * toeplitz_dense(coeffs, n_q, n_k)
+    return (s @ v) / s.sum(-1, keepdim=True)
+
+
+def _linear_causal(phi_q, phi_k, v):
+    """Causal kernelized attention without RPE by prefix sums (Katharopoulos et al. 2020)."""
+    kv = torch.cumsum(phi_k[..., :, None] * _vv(v)[..., None, :], dim=-3)
+    nd = torch.einsum("...im,...ime->...ie", phi_q, kv)
+    return nd[..., :-1] / nd[..., -1:]
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, names=("q", "k", "v")) -> None:
+    """Shapes ``(batch, heads, n_q, dq)``, ``(batch, heads, n_k, dq)``, ``(batch, heads, n_k, dv)``."""
+    nq, nk, nv = names
+    for name, t in zip(names, (q, k, v)):
+        check_tensor(name, t)
+        check_floating(name, t)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape (batch, heads, n, dim), got {tuple(t.shape)}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+        raise ValueError(
+            f"{nq}, {nk}, {nv} must share (batch, heads); got {nq} {tuple(q.shape)}, "
+            f"{nk} {tuple(k.shape)}, {nv} {tuple(v.shape)} (mismatched heads)"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"{nq} and {nk} must have the same last dim, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{nk} and {nv} must have the same length n_k, got {k.shape[-2]} and {v.shape[-2]}")
+    for name, t in zip(names, (q, k, v)):
+        if t.shape[-2] == 0 or t.shape[-1] == 0:
+            raise ValueError(f"{name} must have n >= 1 and dim >= 1, got {tuple(t.shape)}")
+
+
+def check_key_padding_mask(mask: torch.Tensor | None, batch: int, n_k: int) -> None:
+    """``(batch, n_k)`` bool, True = padded key (as in ``nn.MultiheadAttention``)."""
+    if mask is None:
+        return
+    check_tensor("key_padding_mask", mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be a bool tensor (True = padding), got {mask.dtype}")
+    if tuple(mask.shape) != (batch, n_k):
+        raise ValueError(
+            f"key_padding_mask must have shape (batch, n_k) = ({batch}, {n_k}), got {tuple(mask.shape)}"
+        )
+    if bool(mask.all(-1).any()):
+        raise ValueError("key_padding_mask masks every key of some batch row; attention is undefined")
+
+
+def kernelized_attention(
+    phi_q: torch.Tensor,
+    phi_k: torch.Tensor,
+    v: torch.Tensor,
+    coeffs: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    method: str = "auto",
+    compute_dtype: torch.dtype | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> torch.Tensor:
+    """Kernelized attention with a Toeplitz RPE (Luo et al. 2021, Eq. 10).
+
+    Args:
+        phi_q: query features ``(batch, heads, n_q, m)`` (non-negative for the bound).
+        phi_k: key features ``(batch, heads, n_k, m)``.
+        v: values ``(batch, heads, n_k, d)``.
+        coeffs: ``c_t = exp(b_t)`` of offsets ``-(n_q-1)..n_k-1``, shape broadcastable
+            to ``(batch, heads, n_q + n_k - 1)`` (e.g. ``(heads, L)``); ``None`` = no RPE
+            (``c = 1``, plain linear attention in ``O(n m d)``).
+        causal: only keys ``j <= i`` (needs ``n_q == n_k``).
+        key_padding_mask: ``(batch, n_k)`` bool, True = ignore that key.
+        method: ``"fft"``, ``"dense"`` (materialised n_q x n_k) or ``"auto"``.
+        compute_dtype: accumulate in this dtype (e.g. ``torch.float64``), cast back.
+        block_bytes: bound on the spectra held at once by the FFT path.
+
+    Returns:
+        ``(batch, heads, n_q, d)``.
+    """
+    check_qkv(phi_q, phi_k, v, names=("phi_q", "phi_k", "v"))
+    check_choice("method", method, METHODS)
+    B, H, n_q, m = phi_q.shape
+    n_k = phi_k.shape[-2]
+    if causal and n_q != n_k:
+        raise ValueError(f"causal=True needs n_q == n_k (equal query and key lengths), got {n_q} and {n_k}")
+    check_key_padding_mask(key_padding_mask, B, n_k)
+    out_dtype = v.dtype
+    dtype = compute_dtype or torch.promote_types(torch.promote_types(phi_q.dtype, phi_k.dtype), v.dtype)
+    phi_q, phi_k, v = phi_q.to(dtype), phi_k.to(dtype), v.to(dtype)
+    if key_padding_mask is not None:
+        phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
+    if coeffs is None:
+        if causal:
+            return _linear_causal(phi_q, phi_k, v).to(out_dtype)
+        kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
+        nd = phi_q @ kv
+        return (nd[..., :-1] / nd[..., -1:]).to(out_dtype)
+    check_coeffs(coeffs, n_q, n_k)
+    check_finite("coeffs", coeffs)
+    coeffs = coeffs.to(dtype)
+    if causal:
+        coeffs = causal_coeffs(coeffs, n_q)
+    if method == "auto":
+        method = "dense" if n_q * n_k <= DENSE_MAX_N**2 else "fft"
+    if method == "dense":
+        return _dense(phi_q, phi_k, v, coeffs, n_q, n_k).to(out_dtype)
+    L = coeffs.shape[-1]
+    c = coeffs.expand(B, H, L).reshape(B * H, L)
+    z = KernelizedRPEFunction.apply(
+        phi_q.reshape(B * H, n_q, m), phi_k.reshape(B * H, n_k, m), v.reshape(B * H, n_k, -1), c, block_bytes
+    )
+    return z.reshape(B, H, n_q, -1).to(out_dtype)
+
+
+def bounded_bias(bias: torch.Tensor, bias_range: float | None) -> torch.Tensor:
+    """Soft-clamp ``bias`` into ``[-bias_range/2, bias_range/2]`` (``r tanh(b / r)``, ``r = range/2``)."""
+    if bias_range is None:
+        return bias
+    r = 0.5 * bias_range
+    return r * torch.tanh(bias / r)
+
+
+def relative_offsets(n_q: int, n_k: int, max_distance: int, device=None) -> torch.Tensor:
+    """Table indices of offsets ``-(n_q-1)..n_k-1`` clamped to ``[-D, D]`` (shared edge values)."""
+    t = torch.arange(-(n_q - 1), n_k, device=device)
+    return t.clamp(-max_distance, max_distance) + max_distance
+
+
+def feature_scale(d: int) -> float:
+    """Performer scaling ``d^{-1/4}`` of q and k so that ``phi(q).phi(k) ~ exp(q.k / sqrt d)``."""
+    return d ** -0.25
+
+
+__all__ = [
+    "DENSE_MAX_N",
+    "KernelizedRPEFunction",
+    "bounded_bias",
+    "check_key_padding_mask",
+    "check_qkv",
+    "feature_scale",
+    "kernelized_attention",
+    "relative_offsets",
+    "rpe_coeffs",
+]
+

@@ -1,0 +1,215 @@
+"""Toeplitz matrix products ``y_i = sum_j c_{j-i} x_j`` by FFT or directly.
+
+The relative-position matrix ``C_ij = c_{j-i}`` of Luo et al., "Stable, Fast and
+Accurate: Kernelized Attention with Relative Positional Encoding" (NeurIPS 2021,
+Sec. 3.2, Eq. 10-11) is Toeplitz, so ``C @ X`` is a linear convolution and costs
+``O(channels * n log n)`` with an FFT of length ``>= n_q + n_k - 1`` instead of
+``O(channels * n_q * n_k)``.
+
+Coefficient layout (used everywhere in :mod:`posenc.attention`): for ``n_q``
+outputs and ``n_k`` inputs the offsets ``t = j - i`` run over
+``-(n_q - 1) ... n_k - 1`` and ``coeffs[..., t + n_q - 1] = c_t`` (length
+``n_q + n_k - 1``; ``2n - 1`` when both lengths are ``n``).
+
+The FFT path is a custom autograd function that stores only its inputs and
+recomputes the spectra in backward, processing channel blocks in turn, so its
+extra memory is bounded by ``block_bytes`` regardless of the channel count.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc._checks import check_choice, check_floating, check_positive_int, check_tensor
+
+#: Below this output length the direct (materialised Toeplitz matrix) product
+#: is used by ``method="auto"``. Measured on the 2-core development machine
+#: (torch 2.13 CPU, float32, forward+backward, 1 to 128 channels): the direct
+#: product wins up to n ~ 64-128; see ``benchmarks/bench_krpe.py``
+#: (``toeplitz_crossover``) and docs/krpe.md.
+TOEPLITZ_DIRECT_MAX_N = 128
+
+#: Default size of one block of spectra (bytes) in the FFT path.
+DEFAULT_BLOCK_BYTES = 16 * 2**20
+
+METHODS = ("auto", "fft", "direct")
+
+
+def next_fast_len(n: int) -> int:
+    """Smallest 2^a 3^b 5^c >= ``n`` (lengths pocketfft transforms fastest)."""
+    check_positive_int("n", n)
+    best = 1
+    while best < n:
+        best *= 2
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            q = p35
+            while q < n:
+                q *= 2
+            best = min(best, q)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def check_coeffs(coeffs: torch.Tensor, n_q: int, n_k: int, name: str = "coeffs") -> None:
+    """Raise unless ``coeffs`` is a float tensor of last size ``n_q + n_k - 1``."""
+    check_tensor(name, coeffs)
+    check_floating(name, coeffs)
+    want = n_q + n_k - 1
+    if coeffs.dim() == 0 or coeffs.shape[-1] != want:
+        raise ValueError(
+            f"{name} must have shape (..., n_q + n_k - 1) = (..., {want}) for n_q={n_q}, "
+            f"n_k={n_k} (offsets -(n_q-1)..n_k-1), got {tuple(coeffs.shape)}"
+        )
+
+
+def causal_coeffs(coeffs: torch.Tensor, n_q: int) -> torch.Tensor:
+    """Zero the coefficients of future offsets ``t = j - i > 0`` (keys after the query)."""
+    keep = torch.arange(coeffs.shape[-1], device=coeffs.device) <= n_q - 1
+    return coeffs * keep.to(coeffs.dtype)
+
+
+def toeplitz_dense(coeffs: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
+    """Materialise ``C_ij = c_{j-i}``: ``(..., n_q + n_k - 1) -> (..., n_q, n_k)``."""
+    check_coeffs(coeffs, n_q, n_k)
+    i = torch.arange(n_q, device=coeffs.device)[:, None]
+    j = torch.arange(n_k, device=coeffs.device)[None, :]
+    return coeffs[..., j - i + n_q - 1]
+
+
+def circulant_kernel(coeffs: torch.Tensor, n_q: int, length: int) -> torch.Tensor:
+    """Kernel ``h`` of length ``length`` with ``(h * x)_i = sum_j c_{j-i} x_j``.
+
+    ``h[s mod length] = c_{-s}``: ``h = [c_0, c_{-1}, ..., c_{-(n_q-1)}, 0, ..., 0,
+    c_{n_k-1}, ..., c_1]`` (the circulant embedding of the Toeplitz matrix).
+    """
+    head = coeffs[..., :n_q].flip(-1)
+    tail = coeffs[..., n_q:].flip(-1)
+    pad = length - coeffs.shape[-1]
+    zeros = coeffs.new_zeros((*coeffs.shape[:-1], pad))
+    return torch.cat((head, zeros, tail), dim=-1)
+
+
+def kernel_grad_to_coeffs(dh: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
+    """Adjoint of :func:`circulant_kernel`: gradient w.r.t. ``h`` -> w.r.t. ``coeffs``."""
+    length = dh.shape[-1]
+    head = dh[..., :n_q].flip(-1)
+    tail = dh[..., length - (n_k - 1) :].flip(-1) if n_k > 1 else dh[..., :0]
+    return torch.cat((head, tail), dim=-1)
+
+
+def _block_channels(length: int, channels: int, block_bytes: int, itemsize: int) -> int:
+    per_channel = (length // 2 + 1) * 2 * itemsize * 3  # spectrum, product, irfft output
+    return max(1, min(channels, block_bytes // max(per_channel, 1)))
+
+
+def _fft_apply(
+    hf: torch.Tensor, x: torch.Tensor, n_out: int, length: int, block: int, conj: bool = False
+) -> torch.Tensor:
+    """``irfft(hf * rfft(x, length))[:n_out]`` along dim -2, channel blocks in turn.
+
+    ``hf``: ``(G, length//2+1)``; ``x``: ``(G, n_in, channels)``.
+    """
+    G, _, channels = x.shape
+    out = x.new_empty((G, n_out, channels))
+    spec = hf.conj() if conj else hf
+    for g in range(G):
+        for a in range(0, channels, block):
+            xf = torch.fft.rfft(x[g, :, a : a + block], n=length, dim=0)
+            xf.mul_(spec[g, :, None])
+            out[g, :, a : a + block] = torch.fft.irfft(xf, n=length, dim=0)[:n_out]
+    return out
+
+
+class ToeplitzFFT(torch.autograd.Function):
+    """``y = C x`` by FFT; backward recomputes spectra (memory linear in n).
+
+    Inputs are flattened: ``coeffs (G, n_q + n_k - 1)``, ``x (G, n_k, channels)``.
+    """
+
+    @staticmethod
+    def forward(ctx, coeffs: torch.Tensor, x: torch.Tensor, n_q: int, block_bytes: int):  # type: ignore[override]
+        n_k = x.shape[-2]
+        length = next_fast_len(n_q + n_k - 1)
+        block = _block_channels(length, x.shape[-1], block_bytes, x.element_size())
+        hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
+        ctx.save_for_backward(coeffs, x)
+        ctx.n_q, ctx.length, ctx.block = n_q, length, block
+        return _fft_apply(hf, x, n_q, length, block)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):  # type: ignore[override]
+        coeffs, x = ctx.saved_tensors
+        n_q, length, block = ctx.n_q, ctx.length, ctx.block
+        G, n_k, channels = x.shape
+        hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
+        dx = dcoeffs = None
+        if ctx.needs_input_grad[1]:
+            dx = _fft_apply(hf, dy, n_k, length, block, conj=True)
+        if ctx.needs_input_grad[0]:
+            cross = hf.new_zeros(hf.shape)
+            for g in range(G):
+                for a in range(0, channels, block):
+                    xf = torch.fft.rfft(x[g, :, a : a + block], n=length, dim=0)
+                    yf = torch.fft.rfft(dy[g, :, a : a + block], n=length, dim=0)
+                    cross[g] += (xf.conj_physical_() * yf).sum(-1)
+            dh = torch.fft.irfft(cross, n=length, dim=-1)
+            dcoeffs = kernel_grad_to_coeffs(dh, n_q, n_k)
+        return dcoeffs, dx, None, None
+
+
+def toeplitz_matmul(
+    coeffs: torch.Tensor,
+    x: torch.Tensor,
+    causal: bool = False,
+    *,
+    n_out: int | None = None,
+    method: str = "auto",
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> torch.Tensor:
+    """``y_i = sum_j c_{j-i} x_j`` (``j <= i`` only if ``causal``).
+
+    Args:
+        coeffs: ``(..., n_out + n - 1)`` coefficients of offsets ``-(n_out-1)..n-1``;
+            leading dims broadcast against those of ``x`` (e.g. ``(heads, 2n-1)``
+            against ``(batch, heads, n, channels)``).
+        x: ``(..., n, channels)``.
+        causal: keep only ``j <= i`` (requires ``n_out == n``).
+        n_out: number of outputs (default ``n``).
+        method: ``"fft"``, ``"direct"`` (materialised matrix) or ``"auto"``
+            (direct below :data:`TOEPLITZ_DIRECT_MAX_N` outputs+inputs, else FFT).
+        block_bytes: bound on the spectra held at once by the FFT path.
+
+    Returns:
+        ``(..., n_out, channels)`` in the common dtype of ``coeffs`` and ``x``.
+    """
+    check_tensor("x", x)
+    check_floating("x", x)
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., n, channels), got {tuple(x.shape)}")
+    n = x.shape[-2]
+    n_q = n if n_out is None else check_positive_int("n_out", n_out)
+    check_coeffs(coeffs, n_q, n)
+    check_choice("method", method, METHODS)
+    if causal and n_q != n:
+        raise ValueError(
+            f"causal=True needs equal query and key lengths (n_out == n), got n_out={n_q}, n={n}"
+        )
+    if n == 0:
+        raise ValueError("x must have at least one position (n >= 1), got n=0")
+    dtype = torch.promote_types(coeffs.dtype, x.dtype)
+    coeffs, x = coeffs.to(dtype), x.to(dtype)
+    if causal:
+        coeffs = causal_coeffs(coeffs, n_q)
+    if method == "auto":
+        method = "direct" if n_q + n <= 2 * TOEPLITZ_DIRECT_MAX_N else "fft"
+    if method == "direct":
+        return toeplitz_dense(coeffs, n_q, n) @ x
+    batch = torch.broadcast_shapes(coeffs.shape[:-1], x.shape[:-2])
+    c = coeffs.expand(*batch, coeffs.shape[-1]).reshape(-1, coeffs.shape[-1])
+    xb = x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:])
+    y = ToeplitzFFT.apply(c, xb, n_q, block_bytes)
+    return y.reshape(*batch, n_q, x.shape[-1])

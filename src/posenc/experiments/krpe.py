@@ -1,0 +1,433 @@
+"""Reproduction of Luo et al., "Stable, Fast and Accurate: Kernelized Attention
+with Relative Positional Encoding" (NeurIPS 2021).
+
+Claims checked (the report states each as measured, whichever way it falls):
+
+1. Approximation (paper Fig. 1b): the random-feature estimate of ``exp(q.k)``
+   is useless when keys and queries are large (norm R = 4, 8) and accurate when
+   they are normalised (R = 1); the error falls like ``1/sqrt(m)``.
+2. Stability and accuracy: on tasks that need sharp positional attention (copy
+   the token at ``i - k``; associative recall) a Performer with raw q/k trains
+   worse or less stably than normalised q/k, and RPE on top of normalised q/k
+   closes (part of) the gap to exact softmax attention with the same RPE.
+3. Speed and memory: the FFT path grows like ``n log n`` (log-log slope near 1)
+   while dense kernelized / softmax attention grow like ``n^2``.
+4. Numerics: the float32 FFT error grows like ``exp(bias range)``; bounding the
+   range or accumulating in float64 keeps it at round-off.
+
+Every job is a pure function of a frozen config; no printing, no file paths.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from posenc.attention import (
+    KernelizedMultiheadAttention,
+    PositiveRandomFeatures,
+    dense_kernelized_attention,
+    kernelized_attention,
+    rpe_coeffs,
+    softmax_rpe_attention,
+)
+from posenc.attention.toeplitz import next_fast_len
+from posenc.report.section import Job
+
+# ---------------------------------------------------------------- approximation
+
+
+@dataclass(frozen=True)
+class ApproxConfig:
+    dim: int = 64
+    features: tuple[int, ...] = (16, 32, 64, 128, 256)
+    norms: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    pairs: int = 256
+    draws: int = 8
+    n: int = 64
+    seed: int = 0
+
+
+def _on_sphere(count: int, dim: int, radius: float, g: torch.Generator) -> torch.Tensor:
+    x = torch.randn(count, dim, generator=g, dtype=torch.float64)
+    return radius * x / x.norm(dim=-1, keepdim=True)
+
+
+def run_approx(cfg: ApproxConfig) -> dict:
+    """Relative error of ``phi(q).phi(k)`` vs ``exp(q.k)`` and of the attention output vs softmax."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(cfg.seed)
+    out: dict = {"features": list(cfg.features), "norms": list(cfg.norms), "kernel": {}, "attention": {}}
+    for R in cfg.norms:
+        q, k = _on_sphere(cfg.pairs, cfg.dim, R, g), _on_sphere(cfg.pairs, cfg.dim, R, g)
+        exact = torch.exp((q * k).sum(-1))
+        aq = _on_sphere(cfg.n, cfg.dim, R, g)[None, None]
+        ak = _on_sphere(cfg.n, cfg.dim, R, g)[None, None]
+        av = torch.randn(1, 1, cfg.n, cfg.dim, generator=g, dtype=torch.float64)
+        soft = softmax_rpe_attention(aq, ak, av, scale=1.0)
+        kern_err, att_err = [], []
+        for m in cfg.features:
+            ke, ae = [], []
+            for _ in range(cfg.draws):
+                fm = PositiveRandomFeatures(cfg.dim, m, generator=g, dtype=torch.float64)
+                est = (fm(q) * fm(k)).sum(-1)
+                ke.append(float(((est - exact).abs() / exact).median()))
+                z = kernelized_attention(fm(aq), fm(ak), av)
+                ae.append(float((z - soft).norm() / soft.norm()))
+            kern_err.append(statistics.mean(ke))
+            att_err.append(statistics.mean(ae))
+        out["kernel"][str(R)] = kern_err
+        out["attention"][str(R)] = att_err
+    return out
+
+
+# ---------------------------------------------------------------- numerics
+
+
+@dataclass(frozen=True)
+class NumericsConfig:
+    n: int = 1024
+    features: int = 16
+    head_dim: int = 16
+    ranges: tuple[float, ...] = (0.0, 5.0, 10.0, 20.0, 40.0, 60.0)
+    seed: int = 0
+
+
+def run_numerics(cfg: NumericsConfig) -> dict:
+    """Max error of the FFT path (float32, float64 accumulation) vs float64 dense, per bias range."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(cfg.seed)
+    n = cfg.n
+    pq = torch.rand(1, 2, n, cfg.features, generator=g)
+    pk = torch.rand(1, 2, n, cfg.features, generator=g)
+    v = torch.randn(1, 2, n, cfg.head_dim, generator=g)
+    shape = (1 - torch.linspace(-1, 1, 2 * n - 1, dtype=torch.float64).abs())[None].repeat(2, 1)
+    L = next_fast_len(2 * n - 1)
+    rows = []
+    for B in cfg.ranges:
+        for profile in ("decaying", "growing"):
+            bias = B * shape - B if profile == "decaying" else -B * shape
+            ref = dense_kernelized_attention(pq.double(), pk.double(), v.double(), bias)
+            z32 = kernelized_attention(pq, pk, v, rpe_coeffs(bias.float(), n), method="fft")
+            z64 = kernelized_attention(pq, pk, v, rpe_coeffs(bias, n), method="fft", compute_dtype=torch.float64)
+            scale = float(v.abs().max())
+            rows.append({
+                "range": B, "profile": profile,
+                "err_float32": float((z32.double() - ref).abs().max()) / scale,
+                "err_float64": float((z64.double() - ref).abs().max()) / scale,
+                "bound_float32": 2.0**-24 * math.log2(L) * math.exp(B),
+            })
+    return {"n": n, "rows": rows}
+
+
+# ---------------------------------------------------------------- stability
+
+
+VARIANTS = {
+    # name: (mode, normalize_qk, rpe)
+    "performer_raw": ("kernelized", False, "none"),
+    "norm_nope": ("kernelized", True, "none"),
+    "norm_rpe": ("kernelized", True, "table"),
+    "softmax_rpe": ("softmax", False, "table"),
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = "copy"  # "copy" (token at i - shift) or "recall" (associative recall)
+    variant: str = "norm_rpe"
+    seed: int = 0
+    length: int = 32
+    vocab: int = 16
+    shift: int = 3
+    pairs: int = 4
+    embed_dim: int = 32
+    heads: int = 2
+    layers: int = 2
+    features: int = 32
+    steps: int = 300
+    batch: int = 32
+    lr: float = 3e-3
+    eval_batches: int = 4
+
+
+class TinyEncoder(nn.Module):
+    """Token + learned absolute position embeddings, pre-norm blocks whose attention is the variable."""
+
+    def __init__(self, cfg: TrainConfig, vocab: int, length: int) -> None:
+        super().__init__()
+        mode, norm, rpe = VARIANTS[cfg.variant]
+        E = cfg.embed_dim
+        self.tok = nn.Embedding(vocab, E)
+        self.pos = nn.Parameter(0.02 * torch.randn(length, E))
+        self.blocks = nn.ModuleList()
+        for i in range(cfg.layers):
+            att = KernelizedMultiheadAttention(
+                E, cfg.heads, num_features=cfg.features, rpe=rpe, max_distance=length, normalize_qk=norm,
+                mode=mode, seed=cfg.seed * 100 + i,
+            )
+            mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(), nn.Linear(4 * E, E))
+            self.blocks.append(nn.ModuleList([nn.LayerNorm(E), att, nn.LayerNorm(E), mlp]))
+        self.norm = nn.LayerNorm(E)
+        self.head = nn.Linear(E, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens) + self.pos[: tokens.shape[1]]
+        for ln1, att, ln2, mlp in self.blocks:
+            x = x + att(ln1(x))
+            x = x + mlp(ln2(x))
+        return self.head(self.norm(x))
+
+
+def make_batch(cfg: TrainConfig, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens ``(batch, length)`` and targets (``-100`` = ignored)."""
+    if cfg.task == "copy":
+        x = torch.randint(0, cfg.vocab, (cfg.batch, cfg.length), generator=g)
+        y = torch.full_like(x, -100)
+        y[:, cfg.shift :] = x[:, : -cfg.shift]
+        return x, y
+    # recall: [k1 v1 ... kp vp q], keys in [0, V), values in [V, 2V), query one of the keys
+    V = cfg.vocab
+    keys = torch.stack([torch.randperm(V, generator=g)[: cfg.pairs] for _ in range(cfg.batch)])
+    vals = torch.randint(V, 2 * V, (cfg.batch, cfg.pairs), generator=g)
+    seq = torch.stack((keys, vals), dim=-1).reshape(cfg.batch, -1)
+    pick = torch.randint(0, cfg.pairs, (cfg.batch,), generator=g)
+    rows = torch.arange(cfg.batch)
+    x = torch.cat((seq, keys[rows, pick][:, None]), dim=1)
+    y = torch.full_like(x, -100)
+    y[:, -1] = vals[rows, pick]
+    return x, y
+
+
+def _spikes(losses: list[float], window: int = 20, factor: float = 1.5, floor: float = 0.05) -> int:
+    """Steps whose loss exceeds ``factor`` x the median of the previous ``window`` steps
+    and that median by at least ``floor`` nats (so jitter of a converged ~0 loss is no spike)."""
+    count = 0
+    for t in range(window, len(losses)):
+        med = statistics.median(losses[t - window : t])
+        if losses[t] > factor * med and losses[t] - med > floor:
+            count += 1
+    return count
+
+
+def run_train(cfg: TrainConfig) -> dict:
+    """Train the tiny encoder; return the loss curve, spikes, divergence and held-out accuracy."""
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    vocab = cfg.vocab if cfg.task == "copy" else 2 * cfg.vocab
+    length = cfg.length if cfg.task == "copy" else 2 * cfg.pairs + 1
+    model = TinyEncoder(cfg, vocab, length)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    g = torch.Generator().manual_seed(10_000 + cfg.seed)
+    losses: list[float] = []
+    grad_norms: list[float] = []
+    diverged = False
+    t0 = time.perf_counter()
+    for _ in range(cfg.steps):
+        x, y = make_batch(cfg, g)
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1), ignore_index=-100)
+        if not torch.isfinite(loss):
+            diverged = True
+            break
+        opt.zero_grad()
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        grad_norms.append(float(gn))
+        opt.step()
+        losses.append(float(loss.detach()))
+    seconds = time.perf_counter() - t0
+    eg = torch.Generator().manual_seed(99_999)
+    correct = total = 0
+    with torch.no_grad():
+        for _ in range(cfg.eval_batches):
+            x, y = make_batch(cfg, eg)
+            pred = model(x).argmax(-1)
+            keep = y != -100
+            correct += int((pred[keep] == y[keep]).sum())
+            total += int(keep.sum())
+    acc = correct / max(total, 1) if not diverged else 0.0
+    tail = losses[-max(1, len(losses) // 10) :] if losses else [float("nan")]
+    return {
+        "task": cfg.task, "variant": cfg.variant, "seed": cfg.seed,
+        "losses": losses[:: max(1, cfg.steps // 100)],
+        "final_loss": statistics.mean(tail) if losses else None,
+        "accuracy": acc, "diverged": diverged or (bool(losses) and statistics.mean(tail) > losses[0]),
+        "spikes": _spikes(losses), "max_grad_norm": max(grad_norms) if grad_norms else None,
+        "seconds": seconds,
+    }
+
+
+# ---------------------------------------------------------------- speed
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    lengths: tuple[int, ...] = (256, 1024, 4096)
+    heads: int = 2
+    head_dim: int = 64
+    features: int = 32
+    dense_max: int = 4096
+    repeats: int = 2
+    seed: int = 0
+
+
+def _time(fn, repeats: int) -> float:
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_speed(cfg: SpeedConfig) -> dict:
+    """Forward+backward seconds (best of ``repeats``, 1 thread) per method and length."""
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(cfg.seed)
+    H, d, m = cfg.heads, cfg.head_dim, cfg.features
+    rows = []
+    for n in cfg.lengths:
+        q = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        k = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        v = torch.randn(1, H, n, d, generator=g).requires_grad_()
+        bias = torch.zeros(H, 2 * n - 1).requires_grad_()
+        fm = PositiveRandomFeatures(d, m, seed=cfg.seed)
+
+        def kern(method, rpe=True):
+            def fn():
+                c = rpe_coeffs(bias, n) if rpe else None
+                kernelized_attention(fm(q), fm(k), v, c, method=method).sum().backward()
+            return fn
+
+        def soft():
+            softmax_rpe_attention(q, k, v, bias).sum().backward()
+
+        row = {"n": n, "fft": _time(kern("fft"), cfg.repeats), "no_rpe": _time(kern("fft", False), cfg.repeats)}
+        if n <= cfg.dense_max:
+            row["dense"] = _time(kern("dense"), cfg.repeats)
+            row["softmax"] = _time(soft, cfg.repeats)
+        rows.append(row)
+    return {"heads": H, "head_dim": d, "features": m, "rows": rows}
+
+
+# ---------------------------------------------------------------- plan / summary
+
+
+def plan(profile: str, seeds: int | None) -> list[Job]:
+    quick = profile == "quick"
+    S = seeds or (2 if quick else 3)
+    jobs = [
+        Job("approx", run_approx, ApproxConfig(draws=4 if quick else 16), cost=1.0),
+        Job("numerics", run_numerics, NumericsConfig(n=512 if quick else 2048), cost=0.5),
+        Job("speed", run_speed, SpeedConfig() if quick else SpeedConfig(lengths=(256, 1024, 4096, 16384)),
+            cost=2.0 if quick else 20.0),
+    ]
+    steps = {"copy": 150, "recall": 200} if quick else {"copy": 1000, "recall": 2000}
+    for task in ("copy", "recall"):
+        vocab = 16 if task == "copy" else 8
+        for variant in VARIANTS:
+            for seed in range(S):
+                cfg = TrainConfig(task=task, variant=variant, seed=seed, steps=steps[task], vocab=vocab)
+                jobs.append(Job(f"train-{task}-{variant}-s{seed}", run_train, cfg, cost=1.0 if quick else 5.0))
+    return jobs
+
+
+#: accuracy difference below which two variants count as tied (seed noise at this scale)
+MARGIN = 0.02
+
+
+def _ms(values: list[float]) -> dict:
+    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": statistics.mean(vals), "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0, "n": len(vals)}
+
+
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if y and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = statistics.mean(p[0] for p in pts)
+    my = statistics.mean(p[1] for p in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+
+
+def summarize(results: dict[str, dict]) -> dict:
+    summary: dict = {"claims": {}}
+    approx = results.get("approx")
+    if approx:
+        summary["approx"] = approx
+        ms = approx["features"]
+        slopes = {R: _slope(ms, errs) for R, errs in approx["kernel"].items()}
+        summary["approx_slopes"] = slopes
+        small, large = approx["kernel"]["1.0"][-1], approx["kernel"][str(approx["norms"][-1])][-1]
+        summary["claims"]["approx_large_norm_useless"] = {
+            "holds": bool(large > 0.5 and small < 0.2),
+            "err_R1_at_max_m": small, "err_Rmax_at_max_m": large,
+        }
+        s1 = slopes.get("1.0")
+        summary["claims"]["approx_inverse_sqrt_m"] = {"holds": bool(s1 is not None and -0.65 < s1 < -0.35),
+                                                      "slope_R1": s1}
+    if "numerics" in results:
+        rows = results["numerics"]["rows"]
+        summary["numerics"] = results["numerics"]
+        ok = all(r["err_float32"] <= r["bound_float32"] for r in rows)
+        wide = [r for r in rows if r["profile"] == "growing" and r["range"] >= 40]
+        summary["claims"]["float32_bound_holds"] = {"holds": ok}
+        summary["claims"]["float32_fails_wide_growing_bias"] = {
+            "holds": bool(wide and all(r["err_float32"] > 1e-2 for r in wide)),
+            "errors": [(r["range"], r["err_float32"], r["err_float64"]) for r in wide],
+        }
+    if "speed" in results:
+        sp = results["speed"]
+        summary["speed"] = sp
+        rows = sp["rows"]
+        ns = [r["n"] for r in rows]
+        summary["speed_slopes"] = {
+            key: _slope([r["n"] for r in rows if key in r], [r[key] for r in rows if key in r])
+            for key in ("fft", "no_rpe", "dense", "softmax")
+        }
+        big = [r for r in rows if r["n"] >= 1024]
+        s_fft = _slope([r["n"] for r in big], [r["fft"] for r in big])
+        summary["claims"]["fft_grows_subquadratically"] = {"holds": bool(s_fft is not None and s_fft <= 1.2),
+                                                           "slope_fft_n_ge_1024": s_fft, "lengths": ns}
+    train: dict = {}
+    for key, res in results.items():
+        if key.startswith("train-"):
+            train.setdefault(res["task"], {}).setdefault(res["variant"], []).append(res)
+    table: dict = {}
+    for task, by_var in train.items():
+        table[task] = {}
+        for variant, runs in by_var.items():
+            table[task][variant] = {
+                "accuracy": _ms([r["accuracy"] for r in runs]),
+                "final_loss": _ms([r["final_loss"] for r in runs]),
+                "spikes": _ms([r["spikes"] for r in runs]),
+                "diverged": sum(bool(r["diverged"]) for r in runs),
+                "seeds": len(runs),
+                "curves": [r["losses"] for r in runs],
+            }
+    summary["train"] = table
+    for task, rows in table.items():
+        def acc(v):
+            return (rows.get(v, {}).get("accuracy") or {}).get("mean")
+        a_rpe, a_nope, a_raw, a_soft = acc("norm_rpe"), acc("norm_nope"), acc("performer_raw"), acc("softmax_rpe")
+        if None not in (a_rpe, a_nope):
+            summary["claims"][f"{task}_rpe_beats_nope"] = {"holds": bool(a_rpe > a_nope + MARGIN), "norm_rpe": a_rpe,
+                                                           "norm_nope": a_nope}
+        if None not in (a_rpe, a_raw):
+            summary["claims"][f"{task}_norm_rpe_beats_raw_performer"] = {
+                "holds": bool(a_rpe > a_raw + MARGIN), "norm_rpe": a_rpe, "performer_raw": a_raw,
+                "spikes_raw": rows["performer_raw"]["spikes"]["mean"], "spikes_rpe": rows["norm_rpe"]["spikes"]["mean"],
+            }
+        if None not in (a_rpe, a_soft):
+            summary["claims"][f"{task}_norm_rpe_close_to_softmax"] = {
+                "holds": bool(a_rpe >= a_soft - 2.5 * MARGIN), "norm_rpe": a_rpe, "softmax_rpe": a_soft}
+    return summary

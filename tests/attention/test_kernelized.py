@@ -1,0 +1,155 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc.attention.kernelized import KernelizedRPEFunction, kernelized_attention, rpe_coeffs
+from posenc.attention.reference import dense_kernelized_attention
+from posenc.attention.toeplitz import next_fast_len
+
+D = torch.float64
+
+
+def loop_reference(pq, pk, v, bias, causal=False, mask=None):
+    """Eq. 10 with explicit loops over (i, j) (independent of every vectorised path)."""
+    B, H, n_q, _ = pq.shape
+    n_k = pk.shape[-2]
+    out = torch.zeros(B, H, n_q, v.shape[-1], dtype=D)
+    for b in range(B):
+        for h in range(H):
+            for i in range(n_q):
+                num = torch.zeros(v.shape[-1], dtype=D)
+                den = torch.zeros((), dtype=D)
+                for j in range(n_k):
+                    if (causal and j > i) or (mask is not None and mask[b, j]):
+                        continue
+                    w = (pq[b, h, i] @ pk[b, h, j]) * math.exp(bias[h, j - i + n_q - 1])
+                    num += w * v[b, h, j]
+                    den += w
+                out[b, h, i] = num / den
+    return out
+
+
+def draw(g, B, H, n_q, n_k, m, d, dtype=D):
+    pq = torch.rand(B, H, n_q, m, dtype=dtype, generator=g) + 0.05
+    pk = torch.rand(B, H, n_k, m, dtype=dtype, generator=g) + 0.05
+    v = torch.randn(B, H, n_k, d, dtype=dtype, generator=g)
+    bias = 3 * (2 * torch.rand(H, n_q + n_k - 1, dtype=dtype, generator=g) - 1)  # range <= 6 nats
+    return pq, pk, v, bias
+
+
+@given(
+    B=st.integers(1, 2), H=st.integers(1, 3), n_q=st.integers(1, 9), n_k=st.integers(1, 9),
+    m=st.integers(1, 4), d=st.integers(1, 3), causal=st.booleans(), masked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_fft_equals_loops_and_dense(B, H, n_q, n_k, m, d, causal, masked, seed):
+    if causal:
+        n_k = n_q
+    g = torch.Generator().manual_seed(seed)
+    pq, pk, v, bias = draw(g, B, H, n_q, n_k, m, d)
+    mask = None
+    if masked and n_k > 1:
+        mask = torch.rand(B, n_k, generator=g) < 0.3
+        mask[:, 0] = False  # keep one key per row (causal row 0 sees only key 0)
+    ref = loop_reference(pq, pk, v, bias, causal, mask)
+    dense = dense_kernelized_attention(pq, pk, v, bias, causal=causal, key_padding_mask=mask)
+    torch.testing.assert_close(dense, ref, rtol=0, atol=1e-12)
+    for method in ("fft", "dense"):
+        out = kernelized_attention(
+            pq, pk, v, rpe_coeffs(bias, n_q, causal), causal=causal, key_padding_mask=mask, method=method
+        )
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_q,n_k", [(301, 301), (257, 130), (64, 200)])
+def test_fft_equals_dense_long(n_q, n_k):
+    g = torch.Generator().manual_seed(n_q)
+    pq, pk, v, bias = draw(g, 2, 2, n_q, n_k, 5, 3)
+    ref = dense_kernelized_attention(pq, pk, v, bias)
+    out = kernelized_attention(pq, pk, v, rpe_coeffs(bias, n_q), method="fft", block_bytes=4096)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+
+
+def test_no_rpe_equals_unit_bias():
+    g = torch.Generator().manual_seed(3)
+    pq, pk, v, _ = draw(g, 2, 2, 11, 11, 4, 3)
+    zero = torch.zeros(2, 21, dtype=D)
+    for causal in (False, True):
+        torch.testing.assert_close(
+            kernelized_attention(pq, pk, v, None, causal=causal),
+            dense_kernelized_attention(pq, pk, v, zero, causal=causal), rtol=0, atol=1e-12,
+        )
+
+
+@pytest.mark.parametrize("n_q,n_k,block", [(1, 1, 10**6), (6, 6, 1), (5, 8, 1), (7, 3, 10**6)])
+def test_gradcheck(n_q, n_k, block):
+    g = torch.Generator().manual_seed(n_q * 10 + n_k)
+    G, m, d = 2, 3, 2
+    args = (
+        (torch.rand(G, n_q, m, dtype=D, generator=g) + 0.1).requires_grad_(),
+        (torch.rand(G, n_k, m, dtype=D, generator=g) + 0.1).requires_grad_(),
+        torch.randn(G, n_k, d, dtype=D, generator=g).requires_grad_(),
+        (torch.rand(G, n_q + n_k - 1, dtype=D, generator=g) + 0.1).requires_grad_(),
+    )
+    assert torch.autograd.gradcheck(lambda *a: KernelizedRPEFunction.apply(*a, block), args)
+
+
+def test_gradients_through_bias_match_dense():
+    g = torch.Generator().manual_seed(5)
+    pq, pk, v, bias = draw(g, 1, 2, 40, 40, 3, 2)
+    grads = []
+    for method in ("fft", "dense"):
+        b = bias.clone().requires_grad_()
+        q = pq.clone().requires_grad_()
+        out = kernelized_attention(q, pk, v, rpe_coeffs(b, 40, causal=True), causal=True, method=method)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=D).reshape(out.shape)).sum().backward()
+        grads.append((b.grad, q.grad))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(grads[0][1], grads[1][1], rtol=0, atol=1e-12)
+
+
+def bias_profile(kind, B, L, g):
+    if kind == "random":
+        return -B * torch.rand(2, L, generator=g, dtype=D)
+    # worst case seen: small coefficients near the diagonal, large far away
+    return -B * (1 - torch.linspace(-1, 1, L, dtype=D).abs())[None].repeat(2, 1)
+
+
+@pytest.mark.parametrize("n", [200, 1000])
+@pytest.mark.parametrize("B", [0.0, 4.0, 8.0, 12.0, 20.0])
+@pytest.mark.parametrize("kind", ["random", "grow"])
+def test_float32_error_bound(n, B, kind):
+    """Documented guarantee: |z32 - z| <= eps32 * log2(L) * exp(B) * max|v| for c in [e^-B, 1]."""
+    g = torch.Generator().manual_seed(int(B) + n)
+    pq, pk, v, _ = draw(g, 1, 2, n, n, 8, 4, dtype=torch.float32)
+    bias = bias_profile(kind, B, 2 * n - 1, g)
+    z = kernelized_attention(pq, pk, v, rpe_coeffs(bias.float(), n), method="fft")
+    ref = dense_kernelized_attention(pq.double(), pk.double(), v.double(), bias)
+    err = float((z.double() - ref).abs().max())
+    bound = 2.0**-24 * math.log2(next_fast_len(2 * n - 1)) * math.exp(B) * float(v.abs().max())
+    assert err <= bound
+
+
+def test_float64_accumulation_rescues_wide_bias():
+    g = torch.Generator().manual_seed(9)
+    n = 300
+    pq, pk, v, _ = draw(g, 1, 2, n, n, 8, 4, dtype=torch.float32)
+    bias = bias_profile("grow", 40.0, 2 * n - 1, g)
+    ref = dense_kernelized_attention(pq.double(), pk.double(), v.double(), bias)
+    z32 = kernelized_attention(pq, pk, v, rpe_coeffs(bias.float(), n), method="fft")
+    z64 = kernelized_attention(pq, pk, v, rpe_coeffs(bias, n), method="fft", compute_dtype=D)
+    assert z64.dtype == torch.float32
+    assert float((z32.double() - ref).abs().max()) > 1e-2  # float32 breaks down ...
+    assert float((z64.double() - ref).abs().max()) < 1e-6  # ... float64 accumulation does not
+
+
+def test_max_subtraction_is_exact():
+    g = torch.Generator().manual_seed(4)
+    pq, pk, v, bias = draw(g, 1, 2, 9, 9, 3, 2)
+    a = kernelized_attention(pq, pk, v, torch.exp(bias))
+    b = kernelized_attention(pq, pk, v, rpe_coeffs(bias + 30.0, 9))
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert float(rpe_coeffs(bias + 30.0, 9).max()) == 1.0

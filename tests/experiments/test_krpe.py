@@ -1,0 +1,82 @@
+import json
+
+import pytest
+
+from posenc.experiments import krpe as exp
+from posenc.report.registry import get_section
+
+
+@pytest.fixture(scope="module")
+def results():
+    res = {
+        "approx": exp.run_approx(exp.ApproxConfig(features=(8, 32), norms=(1.0, 8.0), pairs=16, draws=2, n=8)),
+        "numerics": exp.run_numerics(exp.NumericsConfig(n=32, ranges=(0.0, 5.0, 40.0))),
+        "speed": exp.run_speed(exp.SpeedConfig(lengths=(32, 64), heads=1, head_dim=8, features=4, repeats=1)),
+    }
+    for task in ("copy", "recall"):
+        for variant in exp.VARIANTS:
+            for seed in (0, 1):
+                cfg = exp.TrainConfig(task=task, variant=variant, seed=seed, steps=4, length=10, batch=4,
+                                      embed_dim=8, layers=1, features=4, eval_batches=1)
+                res[f"train-{task}-{variant}-s{seed}"] = exp.run_train(cfg)
+    return res
+
+
+def test_results_are_json_and_sane(results):
+    json.dumps(results)
+    k = results["approx"]["kernel"]
+    assert k["8.0"][-1] > k["1.0"][-1]  # large norms estimate worse
+    rows = results["numerics"]["rows"]
+    assert all(r["err_float32"] <= r["bound_float32"] for r in rows)
+    assert all(r["err_float64"] < 1e-6 for r in rows if r["range"] <= 5)
+    run = results["train-copy-norm_rpe-s0"]
+    assert 0.0 <= run["accuracy"] <= 1.0 and len(run["losses"]) == 4
+
+
+def test_train_is_deterministic():
+    cfg = exp.TrainConfig(task="copy", variant="norm_rpe", steps=3, length=8, batch=4, embed_dim=8, layers=1,
+                          features=4, eval_batches=1)
+    a, b = exp.run_train(cfg), exp.run_train(cfg)
+    assert a["losses"] == b["losses"] and a["accuracy"] == b["accuracy"]
+
+
+def test_summarize_and_render(results, tmp_path):
+    summary = exp.summarize(results)
+    json.dumps(summary)
+    assert set(summary["train"]) == {"copy", "recall"}
+    assert summary["train"]["copy"]["norm_rpe"]["accuracy"]["n"] == 2
+    assert "approx_large_norm_useless" in summary["claims"]
+    saved = []
+
+    def save(name, fig):
+        saved.append(name)
+        return f"krpe_{name}.png"
+
+    md = get_section("krpe").render(summary, save)
+    assert "Approximation" in md and "copy" in md and "confirmed" in md
+    assert {"approx", "train_copy", "train_recall"} <= set(saved)
+
+
+@pytest.mark.parametrize("profile", ["quick", "full"])
+def test_plan(profile):
+    jobs = exp.plan(profile, None)
+    keys = [j.key for j in jobs]
+    assert len(keys) == len(set(keys))
+    seeds = {j.config.seed for j in jobs if j.key.startswith("train-")}
+    assert len(seeds) >= 2
+    assert all(j.config_dict() is not None for j in jobs)
+
+
+def test_make_batch_targets():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    cfg = exp.TrainConfig(task="copy", shift=3, length=10, batch=2)
+    x, y = exp.make_batch(cfg, g)
+    assert (y[:, 3:] == x[:, :-3]).all() and (y[:, :3] == -100).all()
+    cfg = exp.TrainConfig(task="recall", pairs=4, vocab=8, batch=3)
+    x, y = exp.make_batch(cfg, g)
+    assert x.shape == (3, 9)
+    for b in range(3):
+        keys, vals = x[b, 0:8:2], x[b, 1:8:2]
+        assert y[b, -1] == vals[(keys == x[b, -1]).nonzero()[0, 0]]
