@@ -76,7 +76,37 @@ def graph(r: dict) -> str:
     ])
 
 
-FORMATTERS = {"coords": coords, "lff": lff, "graph": graph}
+def krpe(r: dict) -> str:
+    t, st = r["table"], r["settings"]
+    labels = {"ours": "ours (FFT, learned bias)", "sdpa_fixed": "SDPA, fixed materialised bias",
+              "sdpa_learned": "SDPA, learned bias", "dense": "dense kernelized RPE",
+              "performer": "kernelized, no RPE", "decay": "decay RPE (chunked scan)"}
+    ns = sorted({e["n"] for rows in t.values() for e in rows})
+    rows = []
+    for key, label in labels.items():
+        by_n = {e["n"]: e for e in t.get(key, [])}
+        cells = []
+        for n in ns:
+            e = by_n.get(n)
+            if e is None or e.get("fwdbwd_s") is None:
+                cells.append("–")
+            elif e.get("extrapolated"):
+                cells.append(f"*~{e['fwdbwd_s']:.0f} (extrap.)*")
+            else:
+                cells.append(f"{e['fwdbwd_s']:.3f} ({e['peak_rss_mb']:.0f} MB)")
+        rows.append([label, *cells])
+    mem = [e for e in r.get("ours_more", []) if e.get("n") == 65536 and e.get("m") == 16 and e.get("heads") == 8]
+    out = [f"Forward + backward, batch 1, {st['heads']} heads, d = {st['head_dim']}, m = {st['features']}, "
+           f"{st['threads']} thread, seconds (peak RSS); configurations predicted above "
+           f"{st['memory_limit_mb'] / 1000:.0f} GB are extrapolated, not run:", "",
+           markdown_table(["method", *[f"n = {n:,}" for n in ns]], rows)]
+    if mem:
+        out += ["", f"n = 65,536, 8 heads, m = 16, forward + backward: {mem[0]['fwdbwd_s']:.0f} s, peak "
+                f"{mem[0]['peak_rss_mb']:.0f} MB. Targets and their verdicts: docs/krpe.md."]
+    return "\n".join(out)
+
+
+FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe}
 
 
 def main() -> None:
