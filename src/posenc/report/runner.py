@@ -95,6 +95,7 @@ def run_section(
     seeds: int | None = None,
     shard: tuple[int, int] | None = None,
     progress: ProgressFn | None = None,
+    argv: Sequence[str] | None = None,
 ) -> dict | None:
     """Run (or resume) one section; return its summary record, or None for a shard."""
     section = get_section(name)
@@ -133,6 +134,8 @@ def run_section(
         "title": section.title,
         "profile": profile,
         "seeds": seeds,
+        "command": " ".join(argv) if argv else None,
+        "versions": versions(),
         "quick_budget_s": section.quick_budget_s,
         "compute_seconds": sum(v for v in job_seconds.values() if v),
         "wall_seconds_this_run": time.perf_counter() - start,
@@ -152,7 +155,7 @@ def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
         "# posenc reproduction report",
         "",
         f"- generated: {_dt.datetime.now().isoformat(timespec='seconds')}",
-        f"- command: `{' '.join(argv) if argv else 'posenc reproduce'}`",
+        f"- this report assembled by: `{' '.join(argv) if argv else 'posenc reproduce'}`",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in info.items()),
         "",
     ]
@@ -165,13 +168,13 @@ def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
         rec = read_json(path)
         index.append(
             f"| [{rec['title']}](#{name}) | `{name}` | {rec['profile']} | "
-            f"{rec['compute_seconds']:.1f} | {rec['quick_budget_s']:.0f} |"
+            f"{rec['compute_seconds']:.1f} | {rec['quick_budget_s']:.0f} | `{rec.get('command') or ''}` |"
         )
         bodies.append(f'<a id="{name}"></a>\n\n## {rec["title"]}\n\n{rec["markdown"].rstrip()}\n')
     if index:
         lines += [
-            "| section | name | profile | compute (s) | quick budget (s) |",
-            "|---|---|---|---:|---:|",
+            "| section | name | profile | compute (s) | quick budget (s) | produced by |",
+            "|---|---|---|---:|---:|---|",
             *index,
             "",
         ]
@@ -204,7 +207,7 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
     for name in names:
-        record = run_section(name, profile, out, seeds, shard_t, progress)
+        record = run_section(name, profile, out, seeds, shard_t, progress, argv or sys.argv)
         if record is not None:
             summaries[name] = {
                 "summary": record["summary"],
