@@ -133,3 +133,12 @@ def test_claim_summary_handles_nested_claims():
     assert _claim_word({"a": {"holds": True}, "b": {"holds": False}}) == "no"
     assert _claim_word({"a": {"holds": True}, "b": {"holds": True}}) == "yes"
     assert _claim_word({"note": "text"}) == "n/a"
+
+
+def test_ridge_option_regularises_lstsq():
+    base = json.loads(invoke("fit-signal", "--encoding", "rff", "--set", "sigma=50", "--model", "lstsq", "--json").stdout)
+    ridge = json.loads(invoke("fit-signal", "--encoding", "rff", "--set", "sigma=50", "--model", "lstsq",
+                              "--ridge", "1e-8", "--json").stdout)
+    assert ridge["test_psnr"] > base["test_psnr"]  # min-norm RFF lstsq is ill-conditioned
+    res = invoke("fit-signal", "--model", "lstsq", "--ridge", "-1")
+    assert res.exit_code == 2 and "ridge" in res.stderr

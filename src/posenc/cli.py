@@ -189,6 +189,7 @@ def fit_signal_cmd(
     iters: Annotated[int, typer.Option(help="Adam steps (linear, mlp).")] = 2000,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the model initialisation.")] = 0,
+    ridge: Annotated[float, typer.Option(help="lstsq: Tikhonov weight relative to the largest eigenvalue (0 = minimum-norm, as in the paper).")] = 0.0,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 2,
     as_json: JsonOpt = False,
 ) -> None:
@@ -218,7 +219,7 @@ def fit_signal_cmd(
         y = sig.to(torch.float32)
         with _progress(f"fit {encoding} ({model})", iters, not as_json) as update:
             res = fit_coordinates(enc, x[::2], y[::2], x[1::2], y[1::2], model, iters=iters, lr=lr, seed=seed,
-                                  progress=update)
+                                  ridge=ridge, progress=update)
         psi = embedding_matrix(enc, n)
         disp, sim = similarity_profile(enc, n)
         return {
@@ -244,6 +245,7 @@ def fit_image_cmd(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the model initialisation.")] = 0,
     save: Annotated[Optional[Path], typer.Option(help="Write the full reconstruction as PNG here.")] = None,
+    ridge: Annotated[float, typer.Option(help="lstsq: Tikhonov weight relative to the largest eigenvalue (0 = minimum-norm).")] = 0.0,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 2,
     as_json: JsonOpt = False,
 ) -> None:
@@ -277,7 +279,8 @@ def fit_image_cmd(
         y = img.to(torch.float32)
         with _progress(f"fit {encoding} ({model})", iters, not as_json) as update:
             res = fit_coordinates(enc, pos[mask], y[mask], pos[~mask], y[~mask], model, iters=iters, lr=lr,
-                                  seed=seed, predict_x=pos.reshape(-1, 2) if save else None, progress=update)
+                                  seed=seed, ridge=ridge, predict_x=pos.reshape(-1, 2) if save else None,
+                                  progress=update)
         if save is not None:
             save_image(save, res.predictions.reshape(size, size, -1))
         return {
