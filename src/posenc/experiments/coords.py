@@ -220,7 +220,7 @@ PROFILES = {
                   mlp_2d_iters=200, hidden_2d=128, lengths=(256, 512), mlp_1d=("gaussian", "rff"),
                   mlp_2d=("gaussian", "rff"), linear_sweep=False, mlp_signals=("china0", "flower0"), seeds_2d=2),
     # full: the paper's protocol (D = 10^4, 2000 full-batch Adam steps), more signals and seeds.
-    # (about 1.5-2 hours on 2 cores, dominated by the MLPs)
+    # (estimated 1.5-2 hours on 2 cores, dominated by the MLPs; not yet run end to end)
     "full": dict(seeds=5, num_rows=3, features=10000, iters=2000, mlp_iters=2000, sweep=13, size=128,
                  mlp_2d_iters=1000, hidden_2d=256, lengths=(128, 256, 512, 1024), seeds_2d=3,
                  mlp_1d=("gaussian", "rff", "logf"), mlp_2d=("gaussian", "rff", "logf"), linear_sweep=True,
