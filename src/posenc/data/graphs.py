@@ -119,6 +119,29 @@ def _features(n: int, transductive: bool, rng: np.random.Generator, permute: boo
     return torch.from_numpy(eye[:, rng.permutation(n)] if permute else eye)
 
 
+def _split(pairs: np.ndarray, holdout: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Shuffled ``(2, E)`` pairs -> train / validation / test, ``holdout`` split equally."""
+    e = pairs.shape[1]
+    s1, s2 = int((1 - holdout) * e), int((1 - holdout / 2) * e)
+    return pairs[:, :s1], pairs[:, s1:s2], pairs[:, s2:]
+
+
+def _pair_task(x, edge_index, splits, n, forbidden, rng, name) -> PairTask:
+    """Assemble a :class:`PairTask`, drawing validation then test negatives from ``rng``."""
+    train, val, test = splits
+    return PairTask(
+        x=x,
+        edge_index=edge_index,
+        train_pos=torch.from_numpy(train.copy()),
+        val_pos=torch.from_numpy(val.copy()),
+        test_pos=torch.from_numpy(test.copy()),
+        val_neg=sample_negatives(val.shape[1], n, forbidden, rng),
+        test_neg=sample_negatives(test.shape[1], n, forbidden, rng),
+        forbidden=forbidden,
+        name=name,
+    )
+
+
 def link_prediction_task(dataset: str, transductive: bool, seed: int, holdout: float = 0.2) -> PairTask:
     """P-GNN link prediction on ``"grid"`` or ``"communities"``.
 
@@ -137,24 +160,12 @@ def link_prediction_task(dataset: str, transductive: bool, seed: int, holdout: f
         raise ValueError(f"dataset must be 'grid' or 'communities', got {dataset!r}")
     und = ei[:, ei[0] < ei[1]].numpy()
     und = und[:, rng.permutation(und.shape[1])]
-    e = und.shape[1]
-    s1, s2 = int((1 - holdout) * e), int((1 - holdout / 2) * e)
-    train, val, test = und[:, :s1], und[:, s1:s2], und[:, s2:]
+    train, val, test = _split(und, holdout)
     forbidden = _keys_both(und, n)
     x = _features(n, transductive, rng, permute=dataset == "communities")
     msg = torch.from_numpy(np.concatenate([train, train[::-1]], axis=1).copy())
     mode = "transductive" if transductive else "inductive"
-    return PairTask(
-        x=x,
-        edge_index=msg,
-        train_pos=torch.from_numpy(train.copy()),
-        val_pos=torch.from_numpy(val.copy()),
-        test_pos=torch.from_numpy(test.copy()),
-        val_neg=sample_negatives(val.shape[1], n, forbidden, rng),
-        test_neg=sample_negatives(test.shape[1], n, forbidden, rng),
-        forbidden=forbidden,
-        name=f"{dataset}-link-{mode}",
-    )
+    return _pair_task(x, msg, (train, val, test), n, forbidden, rng, f"{dataset}-link-{mode}")
 
 
 def pairwise_task(seed: int, transductive: bool = False, holdout: float = 0.2) -> PairTask:
@@ -166,20 +177,8 @@ def pairwise_task(seed: int, transductive: bool = False, holdout: float = 0.2) -
     same = c[u] == c[v]
     pos = np.stack([v[same], u[same]])  # (larger, smaller) as in the original
     pos = pos[:, rng.permutation(pos.shape[1])]
-    e = pos.shape[1]
-    s1, s2 = int((1 - holdout) * e), int((1 - holdout / 2) * e)
-    train, val, test = pos[:, :s1], pos[:, s1:s2], pos[:, s2:]
+    train, val, test = _split(pos, holdout)
     forbidden = _keys_both(pos, n)
     x = _features(n, transductive, rng, permute=True)
     mode = "transductive" if transductive else "inductive"
-    return PairTask(
-        x=x,
-        edge_index=ei,
-        train_pos=torch.from_numpy(train.copy()),
-        val_pos=torch.from_numpy(val.copy()),
-        test_pos=torch.from_numpy(test.copy()),
-        val_neg=sample_negatives(val.shape[1], n, forbidden, rng),
-        test_neg=sample_negatives(test.shape[1], n, forbidden, rng),
-        forbidden=forbidden,
-        name=f"communities-pair-{mode}",
-    )
+    return _pair_task(x, ei, (train, val, test), n, forbidden, rng, f"communities-pair-{mode}")

@@ -29,6 +29,7 @@ from posenc.graph.distances import anchor_distances
 from posenc.graph.gir import GIR, build_path_plan
 from posenc.graph.models import GNN_KINDS, FusedGIR, StandardGNN
 from posenc.graph.pgnn import PGNN, pgnn_anchor_inputs
+from posenc.experiments.stats import mean_std
 from posenc.report.section import Job
 
 TASKS = ("grid-link", "communities-link", "communities-pair")
@@ -248,14 +249,6 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
     return jobs
 
 
-def _mean_std(values: list[float]) -> dict:
-    return {
-        "mean": statistics.fmean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "n": len(values),
-    }
-
-
 def summarize(results: dict[str, dict]) -> dict:
     """Mean ± std test AUC per (setting, model) and the three claims as booleans."""
     groups: dict[str, dict[str, list[dict]]] = {}
@@ -264,7 +257,7 @@ def summarize(results: dict[str, dict]) -> dict:
     table = {
         setting: {
             model: {
-                **_mean_std([r["test_auc"] for r in runs]),
+                **mean_std([r["test_auc"] for r in runs]),
                 "val": statistics.fmean(r["val_auc"] for r in runs),
                 "seconds": statistics.fmean(r["seconds"] for r in runs),
                 "epochs": runs[0]["epochs"],
