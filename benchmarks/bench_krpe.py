@@ -14,7 +14,7 @@ Methods (batch 1, H heads, head dim d, m features, forward+backward unless noted
   same shapes alone (per head: rfft + irfft of the ``n x m(d+1)`` tensor in
   forward, the same two in backward), measured in the same child as ``ours``.
 * ``floor_own``: the transforms our implementation issues (6 per block: forward
-  2, backward 4, on the same block shapes), i.e. the floor of this design.
+  2, backward 4, on the same cache-sized block shapes), i.e. the floor of this design.
 * ``dense``: kernelized attention with the n x n RPE matrix materialised.
 * ``sdpa_fixed`` / ``sdpa_learned``: softmax SDPA with a materialised bias (fixed,
   or built from a learned table so the gradient goes through the n x n bias).
@@ -70,9 +70,9 @@ def _measure(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(spec.get("threads", 1))
-    from posenc.attention.kernelized import _block_features, kernelized_attention, rpe_coeffs
+    from posenc.attention.kernelized import _blocks, kernelized_attention, rpe_coeffs
     from posenc.attention.reference import rpe_matrix
-    from posenc.attention.toeplitz import DEFAULT_BLOCK_BYTES, next_fast_len, toeplitz_matmul
+    from posenc.attention.toeplitz import DEFAULT_BLOCK_BYTES, lines_per_block, next_fast_len, toeplitz_matmul
 
     kind, n, H, d, m = spec["kind"], spec["n"], spec["heads"], spec["d"], spec["m"]
     reps = spec.get("repeats", 1)
@@ -137,17 +137,19 @@ def _measure(spec: dict) -> dict:
                 for _ in range(2):
                     torch.fft.irfft(torch.fft.rfft(x, n=L, dim=-1), n=L, dim=-1)
 
-        mb = _block_features(L, m, d + 1, DEFAULT_BLOCK_BYTES, 4)
-        xb = torch.randn(mb * (d + 1), n, generator=g)
-        blocks = math.ceil(m / mb)
+        lines = lines_per_block(L, m * (d + 1), DEFAULT_BLOCK_BYTES, 4)
+        sizes = [(a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in _blocks(m, d + 1, lines)]
+        xb = {s: torch.randn(s, n, generator=g) for s in set(sizes)}
 
-        def floor_own():  # our design: 6 transforms per block
-            for _ in range(H * blocks):
-                for _ in range(3):
-                    torch.fft.irfft(torch.fft.rfft(xb, n=L, dim=-1), n=L, dim=-1)
+        def floor_own():  # our design: 6 transforms per block, on our block shapes
+            for _ in range(H):
+                for s in sizes:
+                    for _ in range(3):
+                        torch.fft.irfft(torch.fft.rfft(xb[s], n=L, dim=-1), n=L, dim=-1)
 
-        if n >= 32768:  # one of each: ours was timed just before, the floor right after
+        if n >= 32768:  # one of each: ours was timed just before, the floors right after
             out["floor_s"] = _best(floor, 1)
+            out["floor_own_s"] = _best(floor_own, 1)
             return out
         # interleave so the ratios see the same machine load
         f1, f2, o2 = [], [], []
@@ -262,7 +264,7 @@ def predict_mb(kind: str, n: int, H: int, d: int, m: int) -> float:
     if kind == "sdpa_learned":
         return base + lin + 6 * H * n * n * f
     if kind == "decay":
-        return base + lin + 10 * n * m * (d + 1) * f
+        return base + 2 * lin
     return base + lin
 
 
@@ -359,7 +361,7 @@ def run(quick: bool) -> dict:
         kinds_full: list[str] = []
     else:
         kinds_full = kinds
-    max_n = {"ours": 16384, "decay": 4096}  # longer runs of these: see section 3 and the extrapolation
+    max_n: dict[str, int] = {}  # per-method length caps (none needed since the cache-sized blocks)
     for kind in kinds_full:
         rows = table.setdefault(kind, [])
         for n in lengths:
@@ -383,7 +385,8 @@ def run(quick: bool) -> dict:
                 rows.append({"n": n, "extrapolated": True, "reason": reason, "predicted_mb": mem,
                              "fwdbwd_s": _extrapolate(measured, n)})
                 continue
-            res = _child({"kind": kind, "n": n, "heads": H, "d": d, "m": m, "repeats": reps}, max(120, 4 * cost))
+            r = 2 if kind == "ours" and n <= 16384 else reps
+            res = _child({"kind": kind, "n": n, "heads": H, "d": d, "m": m, "repeats": r}, max(120, 4 * cost))
             res.update({"n": n, "predicted_mb": mem})
             rows.append(res)
     result["table"] = table
@@ -404,12 +407,13 @@ def run(quick: bool) -> dict:
     # 5. ours at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
     extra = []
     if not quick:
-        for mm, nn, hh in [(16, 65536, 8), (32, 4096, 1), (32, 16384, 1), (32, 65536, 1), (16, 4096, 8),
-                           (16, 16384, 8), (64, 4096, 8)]:
+        for mm, nn, hh in [(16, 4096, 8), (16, 16384, 8), (16, 65536, 8), (32, 4096, 1), (32, 16384, 1),
+                           (32, 65536, 1), (64, 4096, 8)]:
             if left() < 60:
                 extra.append({"n": nn, "m": mm, "heads": hh, "skipped": "bench time budget exhausted"})
                 continue
-            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 1}, max(60, left()))
+            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 2 if nn <= 16384 else 1},
+                         max(60, left()))
             res.update({"n": nn, "m": mm, "heads": hh})
             extra.append(res)
     result["ours_more"] = extra
@@ -432,9 +436,15 @@ def run(quick: bool) -> dict:
     groups: dict = {}
     for r in ours_rows:
         if r["n"] >= 4096:
-            groups.setdefault(f"m={r.get('m', m)},heads={r.get('heads', H)}", []).append((r["n"], r["fwdbwd_s"]))
+            groups.setdefault(f"m={r.get('m', m)},heads={r.get('heads', H)}", []).append(
+                (r["n"], r["fwdbwd_s"], r.get("floor_own_s"), r.get("floor_s")))
+
+    def _slope(p, i):
+        return math.log(p[-1][i] / p[0][i]) / math.log(p[-1][0] / p[0][0]) if p[0][i] and p[-1][i] else None
+
     derived["slope_ours_n_ge_4096"] = {
-        key: {"slope": math.log(p[-1][1] / p[0][1]) / math.log(p[-1][0] / p[0][0]), "from": p[0][0], "to": p[-1][0]}
+        key: {"slope": _slope(p, 1), "floor_own_slope": _slope(p, 2), "floor_slope": _slope(p, 3),
+              "from": p[0][0], "to": p[-1][0]}
         for key, p in ((k, sorted(v)) for k, v in groups.items()) if len(p) >= 2
     }
     for kind in kinds:

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posenc.attention.kernelized import KernelizedRPEFunction, kernelized_attention, rpe_coeffs
+from posenc.attention.kernelized import KernelizedRPEFunction, _blocks, kernelized_attention, rpe_coeffs
 from posenc.attention.reference import dense_kernelized_attention
 from posenc.attention.toeplitz import next_fast_len
 
@@ -95,6 +95,32 @@ def test_gradcheck(n_q, n_k, block):
         (torch.rand(G, n_q + n_k - 1, dtype=D, generator=g) + 0.1).requires_grad_(),
     )
     assert torch.autograd.gradcheck(lambda *a: KernelizedRPEFunction.apply(*a, block), args)
+
+
+@given(m=st.integers(1, 5), d1=st.integers(1, 70), lines=st.integers(1, 200))
+def test_blocks_cover_every_channel_once(m, d1, lines):
+    seen = torch.zeros(m, d1, dtype=torch.int64)
+    for a0, a1, f0, f1 in _blocks(m, d1, lines):
+        assert 0 <= a0 < a1 <= m and 0 <= f0 < f1 <= d1
+        assert (a1 - a0) * (f1 - f0) <= max(lines, f1 - f0)  # never more than a block's lines
+        seen[a0:a1, f0:f1] += 1
+    assert bool((seen == 1).all())
+
+
+@pytest.mark.parametrize("block_bytes", [1, 4096, 10**9])
+def test_split_features_match_dense_with_gradients(block_bytes):
+    """d + 1 = 21 channels per feature: tiny blocks split each feature into channel ranges."""
+    g = torch.Generator().manual_seed(11)
+    pq, pk, v, bias = draw(g, 2, 2, 150, 97, 3, 20)
+    leaves = [t.clone().requires_grad_() for t in (pq, pk, v, bias)]
+    w = torch.randn(2, 2, 150, 20, dtype=D, generator=g)
+    grads = []
+    for method in ("fft", "dense"):
+        q, k, vv, b = (t.detach().clone().requires_grad_() for t in leaves)
+        out = kernelized_attention(q, k, vv, rpe_coeffs(b, 150), method=method, block_bytes=block_bytes)
+        grads.append((out, *torch.autograd.grad((out * w).sum(), (q, k, vv, b))))
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-11)
 
 
 def test_gradients_through_bias_match_dense():

@@ -3,7 +3,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posenc.attention.toeplitz import next_fast_len, toeplitz_dense, toeplitz_matmul
+from posenc.attention.toeplitz import even_ranges, next_fast_len, toeplitz_dense, toeplitz_matmul
 
 D = torch.float64
 
@@ -57,11 +57,33 @@ def test_large_n_matches_dense():
 def test_gradcheck(n_q, n_k):
     g = torch.Generator().manual_seed(1)
     c = torch.randn(2, n_q + n_k - 1, dtype=D, generator=g, requires_grad=True)
-    x = torch.randn(2, n_k, 3, dtype=D, generator=g, requires_grad=True)
-    # tiny block_bytes forces one channel per block
+    x = torch.randn(2, n_k, 19, dtype=D, generator=g, requires_grad=True)
+    # tiny block_bytes: the 19 channels go in blocks of at most MIN_LINES (7, 6, 6)
     assert torch.autograd.gradcheck(
         lambda c, x: toeplitz_matmul(c, x, n_out=n_q, method="fft", block_bytes=1), (c, x)
     )
+
+
+@given(total=st.integers(1, 300), most=st.integers(1, 40))
+def test_even_ranges_partition(total, most):
+    r = even_ranges(total, most)
+    assert r[0][0] == 0 and r[-1][1] == total
+    assert all(b0 == a1 for (_, a1), (b0, _) in zip(r, r[1:]))
+    sizes = [b - a for a, b in r]
+    assert max(sizes) <= most and max(sizes) - min(sizes) <= 1
+
+
+def test_blocked_gradients_match_dense():
+    g = torch.Generator().manual_seed(4)
+    n_q, n_k = 300, 211
+    c = torch.randn(3, n_q + n_k - 1, dtype=D, generator=g, requires_grad=True)
+    x = torch.randn(3, n_k, 37, dtype=D, generator=g, requires_grad=True)
+    w = torch.randn(3, n_q, 37, dtype=D, generator=g)
+    got = toeplitz_matmul(c, x, n_out=n_q, method="fft", block_bytes=1)
+    ref = toeplitz_dense(c, n_q, n_k) @ x
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-11)
+    for a, b in zip(torch.autograd.grad((got * w).sum(), (c, x)), torch.autograd.grad((ref * w).sum(), (c, x))):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
 
 
 def test_next_fast_len():

@@ -35,7 +35,9 @@ from posenc.attention.toeplitz import (
     causal_coeffs,
     check_coeffs,
     circulant_kernel,
+    even_ranges,
     kernel_grad_to_coeffs,
+    lines_per_block,
     next_fast_len,
     toeplitz_dense,
 )
@@ -71,12 +73,26 @@ def rpe_coeffs(bias: torch.Tensor, n_q: int, causal: bool = False) -> torch.Tens
 
 
 def _block_features(length: int, m: int, d1: int, block_bytes: int, itemsize: int) -> int:
-    per_feature = (length // 2 + 1) * 2 * itemsize * d1 * 3
-    return max(1, min(m, block_bytes // max(per_feature, 1)))
+    """Whole features per block when one feature's ``d1`` spectra fit ``block_bytes`` (else 1)."""
+    return max(1, min(m, lines_per_block(length, m * d1, block_bytes, itemsize) // d1))
 
 
 def _vv(v: torch.Tensor) -> torch.Tensor:
     return torch.cat((v, v.new_ones((*v.shape[:-1], 1))), dim=-1)
+
+
+def _blocks(m: int, d1: int, lines: int) -> list[tuple[int, int, int, int]]:
+    """Blocks ``(a0, a1, f0, f1)`` of the ``m x d1`` channels ``A[a, f]``.
+
+    With room for whole features, a block is ``a0:a1`` features times all ``d1``
+    channels; otherwise one feature ``a`` and a range of channels, the ``d1``
+    channels split into near-equal ranges of at most ``lines`` (no short tail,
+    which would transform a single line alone).
+    """
+    if lines >= d1:
+        per = lines // d1
+        return [(a, min(a + per, m), 0, d1) for a in range(0, m, per)]
+    return [(a, a + 1, f0, f1) for a in range(m) for f0, f1 in even_ranges(d1, lines)]
 
 
 class KernelizedRPEFunction(torch.autograd.Function):
@@ -85,9 +101,13 @@ class KernelizedRPEFunction(torch.autograd.Function):
     ``phi_q (G, n_q, m)``, ``phi_k (G, n_k, m)``, ``v (G, n_k, d)``,
     ``coeffs (G, n_q + n_k - 1)`` -> ``z (G, n_q, d)``.
 
-    Work is done per slice g and per block of features in a channel-major layout
-    (``(features, d+1, n)``, FFT along the last, contiguous dim), which keeps the
-    transforms cache-friendly and every contraction a plain multiply-and-sum.
+    The ``m x (d+1)`` channels ``A[a, f] = phi_k[:, a] * [v, 1][:, f]`` are never
+    all materialised: they are built, transformed and contracted one block at a
+    time (:func:`_blocks`) in a channel-major layout (FFT along the last,
+    contiguous dim). A block's spectra are sized to stay in cache
+    (``block_bytes``), which keeps the cost per transform flat as ``n`` grows.
+    Forward issues 2 transforms per block, backward 4 (the forward's spectra are
+    recomputed instead of stored, so memory is linear in ``n``).
     """
 
     @staticmethod
@@ -95,37 +115,37 @@ class KernelizedRPEFunction(torch.autograd.Function):
         G, n_q, m = phi_q.shape
         n_k, d = v.shape[-2:]
         length = next_fast_len(n_q + n_k - 1)
-        mb = _block_features(length, m, d + 1, block_bytes, v.element_size())
+        blocks = _blocks(m, d + 1, lines_per_block(length, m * (d + 1), block_bytes, v.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         num_den = v.new_zeros((G, d + 1, n_q))
         for g in range(G):
             vvT = _vv(v[g]).T.contiguous()  # (d+1, n_k)
             pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()  # (m, n)
-            for a in range(0, m, mb):
-                A = pkT[a : a + mb, None, :] * vvT[None]  # (mb, d+1, n_k)
+            for a0, a1, f0, f1 in blocks:
+                A = (pkT[a0:a1, None, :] * vvT[None, f0:f1]).reshape(-1, n_k)
                 Af = torch.fft.rfft(A, n=length, dim=-1)
                 del A
                 Af.mul_(hf[g])
                 D = torch.fft.irfft(Af, n=length, dim=-1)[..., :n_q]
                 del Af
-                num_den[g] += (D * pqT[a : a + mb, None, :]).sum(0)
+                num_den[g, f0:f1] += (D.view(a1 - a0, f1 - f0, n_q) * pqT[a0:a1, None, :]).sum(0)
         den = num_den[:, d]
         z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
         ctx.save_for_backward(phi_q, phi_k, v, coeffs, z, den)
-        ctx.length, ctx.mb = length, mb
+        ctx.length, ctx.blocks = length, blocks
         return z
 
     @staticmethod
     def backward(ctx, dz):  # type: ignore[override]
         phi_q, phi_k, v, coeffs, z, den = ctx.saved_tensors
-        length, mb = ctx.length, ctx.mb
+        length, blocks = ctx.length, ctx.blocks
         G, n_q, m = phi_q.shape
         n_k, d = v.shape[-2:]
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         need_c = ctx.needs_input_grad[3]
-        dphi_qT = phi_q.new_empty((G, m, n_q))
-        dphi_kT = phi_k.new_empty((G, m, n_k))
-        dvT = v.new_zeros((G, d, n_k))
+        dphi_qT = phi_q.new_zeros((G, m, n_q))
+        dphi_kT = phi_k.new_zeros((G, m, n_k))
+        dvvT = v.new_zeros((G, d + 1, n_k))
         cross = hf.new_zeros(hf.shape) if need_c else None
         # gradient w.r.t. [num_i, den_i], channel-major: (G, d+1, n_q)
         gnum = dz / den[..., None]
@@ -134,29 +154,31 @@ class KernelizedRPEFunction(torch.autograd.Function):
         for g in range(G):
             vvT = _vv(v[g]).T.contiguous()
             pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()
-            hg = hf[g]
-            for a in range(0, m, mb):
-                A = pkT[a : a + mb, None, :] * vvT[None]
+            hg, hgc = hf[g], hf[g].conj()
+            for a0, a1, f0, f1 in blocks:
+                na, nf = a1 - a0, f1 - f0
+                A = (pkT[a0:a1, None, :] * vvT[None, f0:f1]).reshape(-1, n_k)
                 Af = torch.fft.rfft(A, n=length, dim=-1)
                 del A
-                D = torch.fft.irfft(Af * hg, n=length, dim=-1)[..., :n_q]
-                dphi_qT[g, a : a + mb] = (D * gradT[g][None]).sum(1)
+                D = torch.fft.irfft(Af * hg, n=length, dim=-1)[..., :n_q].view(na, nf, n_q)
+                dphi_qT[g, a0:a1] += (D * gradT[g, None, f0:f1]).sum(1)
                 del D
-                dD = pqT[a : a + mb, None, :] * gradT[g][None]  # (mb, d+1, n_q)
+                dD = (pqT[a0:a1, None, :] * gradT[g, None, f0:f1]).reshape(-1, n_q)
                 dDf = torch.fft.rfft(dD, n=length, dim=-1)
                 del dD
                 if need_c:
-                    cross[g] += (Af.conj_physical_() * dDf).sum((0, 1))
+                    cross[g] += (Af.conj_physical_().mul_(dDf)).sum(0)
                 del Af
-                dDf.mul_(hg.conj())
-                dA = torch.fft.irfft(dDf, n=length, dim=-1)[..., :n_k]
+                dDf.mul_(hgc)
+                dA = torch.fft.irfft(dDf, n=length, dim=-1)[..., :n_k].view(na, nf, n_k)
                 del dDf
-                dphi_kT[g, a : a + mb] = (dA * vvT[None]).sum(1)
-                dvT[g] += (dA[:, :d] * pkT[a : a + mb, None, :]).sum(0)
+                dphi_kT[g, a0:a1] += (dA * vvT[None, f0:f1]).sum(1)
+                dvvT[g, f0:f1] += (dA * pkT[a0:a1, None, :]).sum(0)
         dcoeffs = None
         if need_c:
             dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
-        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dvT.transpose(1, 2), dcoeffs, None
+        dv = dvvT[:, :d].transpose(1, 2)
+        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dv, dcoeffs, None
 
 
 def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):

@@ -266,9 +266,18 @@ class KernelizedMultiheadAttention(nn.Module):
         return x.reshape(B, n, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(
-        self, x: torch.Tensor, context: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``x (B, n_q, E)``; ``context (B, n_k, E)`` (default ``x``); ``key_padding_mask (B, n_k)``."""
+        """``x (B, n_q, E)``; ``context (B, n_k, E)`` (default ``x``); ``key_padding_mask (B, n_k)``.
+
+        ``positions`` is accepted so the module plugs into
+        :class:`posenc.models.TransformerEncoder` (``attention=`` factory) and is
+        ignored: the relative offsets are those of the token order.
+        """
         context = x if context is None else context
         for name, t in (("x", x), ("context", context)):
             if t.dim() != 3 or t.shape[-1] != self.embed_dim:

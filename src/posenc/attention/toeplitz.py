@@ -29,8 +29,10 @@ from posenc._checks import check_choice, check_floating, check_positive_int, che
 #: (``toeplitz_crossover``) and docs/krpe.md.
 TOEPLITZ_DIRECT_MAX_N = 128
 
-#: Default size of one block of spectra (bytes) in the FFT path.
-DEFAULT_BLOCK_BYTES = 16 * 2**20
+#: Default size of one block of spectra (bytes) in the FFT paths: small enough to
+#: stay in cache. Forward+backward of kernelized attention was fastest at 1-4 MiB
+#: on the development machine for n = 4,096 to 65,536 (docs/krpe.md).
+DEFAULT_BLOCK_BYTES = 2 * 2**20
 
 METHODS = ("auto", "fft", "direct")
 
@@ -101,64 +103,77 @@ def kernel_grad_to_coeffs(dh: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
     return torch.cat((head, tail), dim=-1)
 
 
-def _block_channels(length: int, channels: int, block_bytes: int, itemsize: int) -> int:
-    per_channel = (length // 2 + 1) * 2 * itemsize * 3  # spectrum, product, irfft output
-    return max(1, min(channels, block_bytes // max(per_channel, 1)))
+#: Fewest lines transformed together: pocketfft vectorises over several lines, and
+#: a single long line runs several times slower per element (see docs/krpe.md).
+MIN_LINES = 8
 
 
-def _fft_apply(
-    hf: torch.Tensor, x: torch.Tensor, n_out: int, length: int, block: int, conj: bool = False
-) -> torch.Tensor:
-    """``irfft(hf * rfft(x, length))[:n_out]`` along dim -2, channel blocks in turn.
+def lines_per_block(length: int, channels: int, block_bytes: int, itemsize: int) -> int:
+    """Channels transformed together: their half-spectra fit ``block_bytes`` (at least :data:`MIN_LINES`)."""
+    per_line = (length // 2 + 1) * 2 * itemsize
+    return max(1, min(channels, max(MIN_LINES, block_bytes // per_line)))
 
-    ``hf``: ``(G, length//2+1)``; ``x``: ``(G, n_in, channels)``.
-    """
-    G, _, channels = x.shape
-    out = x.new_empty((G, n_out, channels))
-    spec = hf.conj() if conj else hf
-    for g in range(G):
-        for a in range(0, channels, block):
-            xf = torch.fft.rfft(x[g, :, a : a + block], n=length, dim=0)
-            xf.mul_(spec[g, :, None])
-            out[g, :, a : a + block] = torch.fft.irfft(xf, n=length, dim=0)[:n_out]
-    return out
+
+def even_ranges(total: int, most: int) -> list[tuple[int, int]]:
+    """Split ``range(total)`` into near-equal ranges of at most ``most`` (no short tail)."""
+    parts = -(-total // most)
+    edges = [round(i * total / parts) for i in range(parts + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(parts)]
 
 
 class ToeplitzFFT(torch.autograd.Function):
     """``y = C x`` by FFT; backward recomputes spectra (memory linear in n).
 
     Inputs are flattened: ``coeffs (G, n_q + n_k - 1)``, ``x (G, n_k, channels)``.
+    Each slice is transposed to channel-major ``(channels, n)`` so the transforms
+    run along contiguous memory, and blocks of lines sized by ``block_bytes``
+    (kept in cache) are transformed in turn: forward 2 transforms per block,
+    backward 2 (``dx``) plus 1 (``x``'s spectrum, recomputed) for ``dcoeffs``.
     """
 
     @staticmethod
     def forward(ctx, coeffs: torch.Tensor, x: torch.Tensor, n_q: int, block_bytes: int):  # type: ignore[override]
-        n_k = x.shape[-2]
+        G, n_k, channels = x.shape
         length = next_fast_len(n_q + n_k - 1)
-        block = _block_channels(length, x.shape[-1], block_bytes, x.element_size())
+        ranges = even_ranges(channels, lines_per_block(length, channels, block_bytes, x.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
+        outT = x.new_empty((G, channels, n_q))
+        for g in range(G):
+            xT = x[g].T.contiguous()
+            for a, b in ranges:
+                xf = torch.fft.rfft(xT[a:b], n=length, dim=-1)
+                xf.mul_(hf[g])
+                outT[g, a:b] = torch.fft.irfft(xf, n=length, dim=-1)[:, :n_q]
         ctx.save_for_backward(coeffs, x)
-        ctx.n_q, ctx.length, ctx.block = n_q, length, block
-        return _fft_apply(hf, x, n_q, length, block)
+        ctx.n_q, ctx.length, ctx.ranges = n_q, length, ranges
+        return outT.transpose(1, 2)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):  # type: ignore[override]
         coeffs, x = ctx.saved_tensors
-        n_q, length, block = ctx.n_q, ctx.length, ctx.block
+        n_q, length, ranges = ctx.n_q, ctx.length, ctx.ranges
         G, n_k, channels = x.shape
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
-        dx = dcoeffs = None
-        if ctx.needs_input_grad[1]:
-            dx = _fft_apply(hf, dy, n_k, length, block, conj=True)
-        if ctx.needs_input_grad[0]:
-            cross = hf.new_zeros(hf.shape)
-            for g in range(G):
-                for a in range(0, channels, block):
-                    xf = torch.fft.rfft(x[g, :, a : a + block], n=length, dim=0)
-                    yf = torch.fft.rfft(dy[g, :, a : a + block], n=length, dim=0)
-                    cross[g] += (xf.conj_physical_() * yf).sum(-1)
-            dh = torch.fft.irfft(cross, n=length, dim=-1)
-            dcoeffs = kernel_grad_to_coeffs(dh, n_q, n_k)
-        return dcoeffs, dx, None, None
+        need_x, need_c = ctx.needs_input_grad[1], ctx.needs_input_grad[0]
+        dxT = x.new_empty((G, channels, n_k)) if need_x else None
+        cross = hf.new_zeros(hf.shape) if need_c else None
+        for g in range(G):
+            dyT = dy[g].T.contiguous()
+            xT = x[g].T.contiguous() if need_c else None
+            hgc = hf[g].conj()
+            for a, b in ranges:
+                yf = torch.fft.rfft(dyT[a:b], n=length, dim=-1)
+                if need_c:
+                    xf = torch.fft.rfft(xT[a:b], n=length, dim=-1)
+                    cross[g] += xf.conj_physical_().mul_(yf).sum(0)
+                    del xf
+                if need_x:
+                    yf.mul_(hgc)
+                    dxT[g, a:b] = torch.fft.irfft(yf, n=length, dim=-1)[:, :n_k]
+        dcoeffs = None
+        if need_c:
+            dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
+        return dcoeffs, None if dxT is None else dxT.transpose(1, 2), None, None
 
 
 def toeplitz_matmul(

@@ -37,6 +37,8 @@ from posenc.attention import (
     softmax_rpe_attention,
 )
 from posenc.attention.toeplitz import next_fast_len
+from posenc.encodings import create_encoding
+from posenc.models import TransformerEncoder
 from posenc.report.section import Job
 
 # ---------------------------------------------------------------- approximation
@@ -156,32 +158,27 @@ class TrainConfig:
     eval_batches: int = 4
 
 
-class TinyEncoder(nn.Module):
-    """Token + learned absolute position embeddings, pre-norm blocks whose attention is the variable."""
+def build_model(cfg: TrainConfig, vocab: int, length: int) -> TransformerEncoder:
+    """The #3 testbed (:class:`posenc.models.TransformerEncoder`) with the variant's attention.
 
-    def __init__(self, cfg: TrainConfig, vocab: int, length: int) -> None:
-        super().__init__()
-        mode, norm, rpe = VARIANTS[cfg.variant]
-        E = cfg.embed_dim
-        self.tok = nn.Embedding(vocab, E)
-        self.pos = nn.Parameter(0.02 * torch.randn(length, E))
-        self.blocks = nn.ModuleList()
-        for i in range(cfg.layers):
-            att = KernelizedMultiheadAttention(
-                E, cfg.heads, num_features=cfg.features, rpe=rpe, max_distance=length, normalize_qk=norm,
-                mode=mode, seed=cfg.seed * 100 + i,
-            )
-            mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(), nn.Linear(4 * E, E))
-            self.blocks.append(nn.ModuleList([nn.LayerNorm(E), att, nn.LayerNorm(E), mlp]))
-        self.norm = nn.LayerNorm(E)
-        self.head = nn.Linear(E, vocab)
+    One-hot tokens through the linear embedding (an embedding table), a learned
+    absolute position table added, ``cfg.layers`` pre-LN blocks (MLP ratio 4)
+    whose attention is the variable under test.
+    """
+    mode, norm, rpe = VARIANTS[cfg.variant]
+    made = 0
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.tok(tokens) + self.pos[: tokens.shape[1]]
-        for ln1, att, ln2, mlp in self.blocks:
-            x = x + att(ln1(x))
-            x = x + mlp(ln2(x))
-        return self.head(self.norm(x))
+    def attention(dim: int, heads: int) -> nn.Module:
+        nonlocal made
+        made += 1
+        return KernelizedMultiheadAttention(
+            dim, heads, num_features=cfg.features, rpe=rpe, max_distance=length, normalize_qk=norm,
+            mode=mode, seed=cfg.seed * 100 + made - 1,
+        )
+
+    table = create_encoding("learned_table", in_dim=1, grid_size=length, num_features=cfg.embed_dim, seed=cfg.seed)
+    return TransformerEncoder(vocab, vocab, dim=cfg.embed_dim, depth=cfg.layers, num_heads=cfg.heads,
+                              encoding=table, mlp_ratio=4.0, attention=attention)
 
 
 def make_batch(cfg: TrainConfig, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,12 +213,18 @@ def _spikes(losses: list[float], window: int = 20, factor: float = 1.5, floor: f
 
 
 def run_train(cfg: TrainConfig) -> dict:
-    """Train the tiny encoder; return the loss curve, spikes, divergence and held-out accuracy."""
+    """Train the testbed encoder; return the loss curve, spikes, divergence and held-out accuracy."""
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     vocab = cfg.vocab if cfg.task == "copy" else 2 * cfg.vocab
     length = cfg.length if cfg.task == "copy" else 2 * cfg.pairs + 1
-    model = TinyEncoder(cfg, vocab, length)
+    model = build_model(cfg, vocab, length)
+    positions = torch.arange(length)[:, None]
+
+    def logits_of(tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        return model(nn.functional.one_hot(tokens, vocab).float(), positions[:n])
+
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     g = torch.Generator().manual_seed(10_000 + cfg.seed)
     losses: list[float] = []
@@ -230,7 +233,7 @@ def run_train(cfg: TrainConfig) -> dict:
     t0 = time.perf_counter()
     for _ in range(cfg.steps):
         x, y = make_batch(cfg, g)
-        logits = model(x)
+        logits = logits_of(x)
         loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1), ignore_index=-100)
         if not torch.isfinite(loss):
             diverged = True
@@ -247,7 +250,7 @@ def run_train(cfg: TrainConfig) -> dict:
     with torch.no_grad():
         for _ in range(cfg.eval_batches):
             x, y = make_batch(cfg, eg)
-            pred = model(x).argmax(-1)
+            pred = logits_of(x).argmax(-1)
             keep = y != -100
             correct += int((pred[keep] == y[keep]).sum())
             total += int(keep.sum())
