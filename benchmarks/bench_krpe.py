@@ -92,6 +92,34 @@ def _measure(spec: dict) -> dict:
                 row[meth] = _best(fn, reps)
             rows.append(row)
         return {"rows": rows}
+    if kind == "block_sweep":  # forward+backward of ours against the size of a block of spectra
+        rows = []
+        for nn in spec["lengths"]:
+            pq = torch.rand(1, H, nn, m, generator=g).requires_grad_()
+            pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
+            v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
+            c = torch.rand(H, 2 * nn - 1, generator=g).requires_grad_()
+            row = {"n": nn}
+            for mib in spec["block_mib"]:
+                bb = int(mib * 2**20)
+                fn = lambda: kernelized_attention(pq, pk, v, c, method="fft", block_bytes=bb).sum().backward()  # noqa: E731
+                row[str(mib)] = _best(fn, reps)
+            rows.append(row)
+        return {"rows": rows}
+    if kind == "fft_lines":  # rfft+irfft of `channels` lines of length 2n, transformed `lines` at a time
+        rows = []
+        for nn in spec["lengths"]:
+            L = next_fast_len(2 * nn - 1)
+            x = torch.randn(spec["channels"], nn, generator=g)
+            row = {"n": nn, "L": L}
+            for lines in spec["lines"]:
+                def fn(lines=lines):
+                    for a in range(0, x.shape[0], lines):
+                        torch.fft.irfft(torch.fft.rfft(x[a : a + lines], n=L, dim=-1), n=L, dim=-1)
+                t = _best(fn, reps)
+                row[str(lines)] = {"s": t, "ns_per_line_L_log2L": t / (x.shape[0] * L * math.log2(L)) * 1e9}
+            rows.append(row)
+        return {"rows": rows}
     if kind == "crossover_attention":
         rows = []
         for nn in spec["lengths"]:
@@ -351,6 +379,15 @@ def run(quick: bool) -> dict:
     result["attention_crossover"] = _child(
         {"kind": "crossover_attention", "n": 0, "heads": 1, "d": d, "m": m, "lengths": al, "repeats": 2}, 300)
 
+    # 1b. block size of the FFT path, and the cost per element of long transforms by lines per call
+    bl = [2048] if quick else [4096, 16384, 65536]
+    result["block_sweep"] = _child(
+        {"kind": "block_sweep", "n": 0, "heads": 1, "d": d, "m": 16, "lengths": bl,
+         "block_mib": [0.25, 0.5, 1, 2, 4, 16], "repeats": 1 if quick else 2}, 300)
+    result["fft_lines"] = _child(
+        {"kind": "fft_lines", "n": 0, "heads": 0, "d": 0, "m": 0, "channels": 64, "lengths": bl,
+         "lines": [1, 8, 64], "repeats": 3}, 300)
+
     # 2. main table: every method, growing n
     table: dict[str, list[dict]] = {}
     kinds = ["ours", "sdpa_fixed", "sdpa_learned", "dense", "performer", "decay"]
@@ -433,6 +470,13 @@ def run(quick: bool) -> dict:
     for kind in ("sdpa_fixed", "sdpa_learned", "dense"):
         other = [(r["n"], r["fwdbwd_s"]) for r in table[kind] if r.get("fwdbwd_s") and not r.get("extrapolated")]
         derived[f"crossover_vs_{kind}"] = _crossover(ours, other)
+    flex_rows = result["flex"].get("rows") if isinstance(result.get("flex"), dict) else None
+    if flex_rows:
+        ours_fwd = [(r["n"], r["fwd_s"]) for r in table["ours"] if r.get("fwd_s") and not r.get("extrapolated")]
+        derived["crossover_fwd_vs_flex"] = {
+            **_crossover(ours_fwd, [(r["n"], r["fwd_s"]) for r in flex_rows]),
+            "note": "forward only: FlexAttention has no backward on CPU in torch 2.13",
+        }
     groups: dict = {}
     for r in ours_rows:
         if r["n"] >= 4096:

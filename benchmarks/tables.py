@@ -114,6 +114,25 @@ def krpe(r: dict) -> str:
                 "full-shape transforms per head of a straightforward implementation; `own` = the 6 "
                 "cache-sized transforms per block that this implementation issues):", "",
                 markdown_table(["n", "m", "heads", "ours (s)", "floor (s)", "ours / floor", "ours / own"], rows)]
+    sweep = r.get("block_sweep", {}).get("rows")
+    if sweep:
+        mibs = [k for k in sweep[0] if k != "n"]
+        rows = [[f"{e['n']:,}", *[f"{e[k]:.3f}" for k in mibs]] for e in sweep]
+        out += ["", "Block size of the FFT path (1 head, m = 16, forward + backward, seconds):", "",
+                markdown_table(["n", *[f"{k} MiB" for k in mibs]], rows)]
+    lines = r.get("fft_lines", {}).get("rows")
+    if lines:
+        ks = [k for k in lines[0] if k not in ("n", "L")]
+        rows = [[f"{e['n']:,}", *[f"{e[k]['ns_per_line_L_log2L']:.3f}" for k in ks]] for e in lines]
+        out += ["", "rfft + irfft of 64 lines of length 2n, ns per line·L·log2 L, by lines per call:", "",
+                markdown_table(["n", *[f"{k} lines" for k in ks]], rows)]
+    names = {"sdpa_fixed": "SDPA, fixed bias", "sdpa_learned": "SDPA, learned bias",
+             "dense": "dense kernelized RPE", "fwd_vs_flex": "FlexAttention (forward only)"}
+    cross = [f"{label}: n ≈ {c['n']:,} ({c['how']})" if c.get("n") else f"{label}: {c['how']}"
+             for key, label in names.items() if (c := der.get(f"crossover_{key}" if key == "fwd_vs_flex"
+                                                            else f"crossover_vs_{key}"))]
+    if cross:
+        out += ["", "Length from which ours is faster: " + "; ".join(cross) + "."]
     slopes = der.get("slope_ours_n_ge_4096", {})
     if slopes:
         rows = [[k, f"{v['from']:,} → {v['to']:,}", f"{v['slope']:.2f}",
