@@ -64,7 +64,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
 
     train = summary.get("train", {})
     if train:
-        out.append("### Stability and accuracy (tiny 2-layer encoder, attention module is the variable)\n")
+        out.append("### Stability and accuracy (the `posenc.models.TransformerEncoder` testbed, 2 pre-LN layers; the attention module is the variable)\n")
         out.append("Variants: `performer_raw` (FAVOR+ on raw q/k, scaled d^-1/4), `norm_nope` (unit q/k, no RPE), "
                    "`norm_rpe` (unit q/k + learned per-head RPE, FFT path), `softmax_rpe` (exact softmax, 1/√d, same "
                    "RPE). All have learned absolute position embeddings. A spike is a step whose loss exceeds 1.5× "
