@@ -11,8 +11,11 @@ product ``y_i = sum_j c_{j-i} x_j`` is ``sum_r a_r h_{r,i}`` with the recurrence
 ``h_{r,i} = gamma_r h_{r,i-1} + x_i``, ``gamma_r = exp(-lambda_r)``. It is computed
 here as a chunked scan: a dense ``C x C`` decay matrix inside each chunk plus a
 carried state between chunks, ``O(n R C channels)`` work, exact for this family
-(no FFT round-off). :class:`DecayDecoder` runs the same recurrence one token at a
-time in ``O(R m d)`` per token.
+(no FFT round-off). :func:`decay_kernelized_attention` never forms the
+``n x m x (d+1)`` products: it uses the chunkwise-parallel form of linear attention
+(Katharopoulos et al. 2020; Sun et al. 2023, "Retentive Network"), ``(Q K^T * T) [V, 1]``
+inside chunks plus one ``m x (d+1)`` state per term and chunk, ``O(n C (m + d) + n R m d)``.
+:class:`DecayDecoder` runs the recurrence one token at a time in ``O(R m d)`` per token.
 """
 
 from __future__ import annotations
