@@ -28,6 +28,7 @@ from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
+DEFAULT_BLOCK_BYTES = 32 * 2**20
 
 
 def check_decay(name: str, amplitudes: torch.Tensor, rates: torch.Tensor) -> None:
@@ -190,42 +191,49 @@ def _check_terms(name: str, amplitudes: torch.Tensor, rates: torch.Tensor, H: in
         )
 
 
-def _scan_steps(u: torch.Tensor, g: torch.Tensor, n_fwd: int, swap: bool) -> torch.Tensor:
+def _scan_steps(
+    u: torch.Tensor, g: torch.Tensor, n_fwd: int, swap: bool, dot_with: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Exclusive scans along dim 2 of ``u (B, H, K, R, M)`` with factors ``g (H, R)``.
 
     Terms ``r < n_fwd`` run forward, ``h_k = g h_{k-1} + u_{k-1}``; the others run in
     reverse, ``h_k = g h_{k+1} + u_{k+1}``; ``swap`` exchanges the two directions (the
     adjoint of a forward exclusive scan is a reverse one). Both ends start at 0.
-    One in-place step per chunk, on ``(B, H, R, M)`` slices.
+    One in-place step per chunk, on ``(B, H, R, M)`` slices. With ``dot_with`` (same
+    shape as ``u``) also returns ``sum_{b, k, M} h * dot_with`` of shape ``(H, R)``,
+    accumulated step by step (no full-size temporary).
     """
     K = u.shape[2]
     h = torch.empty_like(u)
+    acc = None if dot_with is None else torch.zeros_like(u[:, :, 0])
     gg = g[None, :, :, None]
     fwd, rev = (slice(n_fwd, None), slice(0, n_fwd)) if swap else (slice(0, n_fwd), slice(n_fwd, None))
     for sl, steps in ((fwd, range(1, K)), (rev, range(K - 2, -1, -1))):
         hs, us, gs = h[:, :, :, sl], u[:, :, :, sl], gg[:, :, sl]
         if hs.shape[3] == 0:
             continue
-        first = 0 if steps.step == 1 else K - 1
-        hs[:, :, first].zero_()
+        hs[:, :, 0 if steps.step == 1 else K - 1].zero_()
+        accs = None if acc is None else acc[:, :, sl]
         for k in steps:
             prev = k - steps.step
             torch.mul(hs[:, :, prev], gs, out=hs[:, :, k])
             hs[:, :, k].add_(us[:, :, prev])
-    return h
+            if accs is not None:
+                accs.addcmul_(hs[:, :, k], dot_with[:, :, k, sl])
+    return h, None if acc is None else acc.sum((0, 3))
 
 
 class _ChunkScan(torch.autograd.Function):
     """:func:`_scan_steps` with its adjoint: ``u (B, H, K, R, M)``, ``g (H, R)`` -> ``h``.
 
     Backward: ``grad_u`` is the opposite-direction exclusive scan of ``grad_h``, and
-    ``grad_g = sum <grad_u, h>`` (the adjoint of ``h_k`` is ``grad_u`` at the step that
-    feeds it, multiplied by the state it scales).
+    ``grad_g = sum_k <grad_u_k, h_k>`` (for a forward term, ``h_{k+1} = g h_k + u_k``:
+    the adjoint of ``h_{k+1}`` is ``grad_u_k`` and it meets ``d h_{k+1} / d g = h_k``).
     """
 
     @staticmethod
     def forward(ctx, u, g, n_fwd: int):  # type: ignore[override]
-        h = _scan_steps(u, g, n_fwd, swap=False)
+        h, _ = _scan_steps(u, g, n_fwd, swap=False)
         ctx.save_for_backward(g, h)
         ctx.n_fwd = n_fwd
         return h
@@ -233,11 +241,8 @@ class _ChunkScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h):  # type: ignore[override]
         g, h = ctx.saved_tensors
-        grad_u = _scan_steps(grad_h.contiguous(), g, ctx.n_fwd, swap=True)
-        grad_g = None
-        if ctx.needs_input_grad[1]:
-            # d h_k / d g = h_{k-1} (forward terms): sum_k <adj h_k, h_{k-1}> = sum_k <grad_u_k, h_k>
-            grad_g = torch.einsum("bhkrm,bhkrm->hr", grad_u, h)
+        dot_with = h if ctx.needs_input_grad[1] else None
+        grad_u, grad_g = _scan_steps(grad_h.contiguous(), g, ctx.n_fwd, swap=True, dot_with=dot_with)
         return grad_u, grad_g, None
 
 
@@ -280,13 +285,15 @@ def decay_kernelized_attention(
         future: ``(H, R')`` amplitudes and rates of ``t > 0``, or None (causal).
         key_padding_mask: ``(B, n)`` bool, True = padded key.
         chunk: chunk length C (>= 2; ``min(C, n)`` is used).
-        checkpoint, block_bytes: accepted for backward compatibility and ignored (the
-            chunkwise form needs neither per-head checkpointing nor feature blocks).
+        checkpoint: accepted for backward compatibility and ignored (the chunkwise form
+            needs no recomputation).
+        block_bytes: heads are processed in groups whose largest temporaries stay near
+            this size (default 32 MiB); None = default.
 
     Returns:
         ``(B, H, n, d)``.
     """
-    del checkpoint, block_bytes
+    del checkpoint
     check_qkv(phi_q, phi_k, v, names=("phi_q", "phi_k", "v"))
     B, H, n, m = phi_q.shape
     if phi_k.shape[-2] != n:
@@ -298,9 +305,35 @@ def decay_kernelized_attention(
     check_key_padding_mask(key_padding_mask, B, n)
     if key_padding_mask is not None:
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
+    C = min(chunk, n)
+    K = -(-n // C)
+    Rt = rates.shape[1] + (0 if future is None else future[1].shape[1])
+    # heads in groups whose largest temporaries (n x max(C, Rt m, d+1) per head) stay near
+    # ``block_bytes``: small buffers are recycled by the allocator, while fresh ones above
+    # glibc's 32 MiB mmap threshold cost page faults on every pass
+    per_head = B * K * C * max(C, Rt * m, v.shape[-1] + 1) * v.element_size()
+    hg = max(1, min(H, (DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes) // per_head))
+    outs = []
+    for h0 in range(0, H, hg):
+        hs = slice(h0, h0 + hg)
+        fut = None if future is None else (future[0][hs], future[1][hs])
+        outs.append(_chunkwise(phi_q[:, hs], phi_k[:, hs], v[:, hs], amplitudes[hs], rates[hs], fut, C))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+
+
+def _chunkwise(
+    phi_q: torch.Tensor,
+    phi_k: torch.Tensor,
+    v: torch.Tensor,
+    amplitudes: torch.Tensor,
+    rates: torch.Tensor,
+    future: tuple[torch.Tensor, torch.Tensor] | None,
+    C: int,
+) -> torch.Tensor:
+    """The chunkwise form on checked inputs (see :func:`decay_kernelized_attention`)."""
+    B, H, n, m = phi_q.shape
     d = v.shape[-1]
     e = d + 1
-    C = min(chunk, n)
     K = -(-n // C)
     pad = K * C - n
     vv = _vv(v)
@@ -331,8 +364,10 @@ def decay_kernelized_attention(
         g = torch.exp(-torch.cat([lam for _, lam, _, _, _ in terms], 1) * C).to(v.dtype)  # (H, Rt)
         Hs = _ChunkScan.apply(U, g, rates.shape[1]).reshape(B, H, K, Rt * m, e)
         qw = (q[:, :, :, :, None, :] * w_out.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, H, K, C, Rt * m)
-        nd = nd + qw @ Hs
-    nd = nd.reshape(B, H, K * C, e)[:, :, :n]
+        nd = torch.baddbmm(nd.reshape(-1, C, e), qw.reshape(-1, C, Rt * m), Hs.reshape(-1, Rt * m, e))
+    nd = nd.reshape(B, H, K * C, e)
+    if pad:  # padded query rows are dropped before dividing (their denominators are 0)
+        nd = nd[:, :, :n]
     return nd[..., :d] / nd[..., d:]
 
 
