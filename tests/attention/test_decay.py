@@ -227,3 +227,17 @@ def test_chunkwise_bad_input(kw, match):
     args.update(kw)
     with pytest.raises(ValueError, match=match):
         decay_kernelized_attention(**args)
+
+
+def test_chunkwise_head_groups():
+    # block_bytes=1 forces one head per group: same values and parameter gradients as one group
+    pq, pk, v, a, lam, fut = _attn_inputs(10, 2, 3, 30, 3, 2, 2, True)
+    mask = torch.zeros(2, 30, dtype=torch.bool)
+    mask[0, -7:] = True
+    leaves = [a.requires_grad_(), lam.requires_grad_(), fut[1].requires_grad_()]
+    outs = [decay_kernelized_attention(pq, pk, v, a, lam, fut, key_padding_mask=mask, chunk=4, block_bytes=bb)
+            for bb in (1, None)]
+    torch.testing.assert_close(outs[0], _dense(pq, pk, v, a, lam, fut, mask), rtol=0, atol=1e-12)
+    g0, g1 = (torch.autograd.grad(o.sum(), leaves) for o in outs)
+    for x, y in zip(g0, g1):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
