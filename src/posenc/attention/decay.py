@@ -277,7 +277,7 @@ def decay_kernelized_attention(
 
     Every factor is a power of ``gamma <= 1``, so large rates underflow to 0 (never
     overflow) and ``lambda = 0`` is exact. Backward is plain autograd through batched
-    matrix products; memory ``O(n (C + R m d / C))`` per head.
+    matrix products; memory ``O(n (C + R m + d + R m d / C))`` per head.
 
     Args:
         phi_q, phi_k, v: ``(B, H, n, m)``, ``(B, H, n, m)``, ``(B, H, n, d)`` (equal lengths).
