@@ -276,8 +276,9 @@ def decay_kernelized_attention(
       ``a'_r gamma'^(C-s)`` out): ``O(n R m d)``.
 
     Every factor is a power of ``gamma <= 1``, so large rates underflow to 0 (never
-    overflow) and ``lambda = 0`` is exact. Backward is plain autograd through batched
-    matrix products; memory ``O(n (C + R m + d + R m d / C))`` per head.
+    overflow) and ``lambda = 0`` is exact. Backward is autograd through batched
+    matrix products plus the hand-written adjoint of the scan over chunks
+    (:class:`_ChunkScan`); memory ``O(n (C + R m + d + R m d / C))`` per head.
 
     Args:
         phi_q, phi_k, v: ``(B, H, n, m)``, ``(B, H, n, m)``, ``(B, H, n, d)`` (equal lengths).
