@@ -11,18 +11,24 @@ product ``y_i = sum_j c_{j-i} x_j`` is ``sum_r a_r h_{r,i}`` with the recurrence
 ``h_{r,i} = gamma_r h_{r,i-1} + x_i``, ``gamma_r = exp(-lambda_r)``. It is computed
 here as a chunked scan: a dense ``C x C`` decay matrix inside each chunk plus a
 carried state between chunks, ``O(n R C channels)`` work, exact for this family
-(no FFT round-off). :class:`DecayDecoder` runs the same recurrence one token at a
-time in ``O(R m d)`` per token.
+(no FFT round-off). :func:`decay_kernelized_attention` never forms the
+``n x m x (d+1)`` products: it uses the chunkwise-parallel form of linear attention
+(Katharopoulos et al. 2020; Sun et al. 2023, "Retentive Network"), ``(Q K^T * T) [V, 1]``
+inside chunks plus one ``m x (d+1)`` state per term and chunk, ``O(n C (m + d) + n R m d)``.
+:class:`DecayDecoder` runs the recurrence one token at a time in ``O(R m d)`` per token.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from posenc._checks import check_finite, check_positive_int
 from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv
 
 DEFAULT_CHUNK = 16
+DEFAULT_ATTENTION_CHUNK = 64
+DEFAULT_BLOCK_BYTES = 32 * 2**20
 
 
 def check_decay(name: str, amplitudes: torch.Tensor, rates: torch.Tensor) -> None:
@@ -177,6 +183,69 @@ def decay_toeplitz(
     return decay_toeplitz_cm(x.transpose(1, 2), amplitudes, rates, future, chunk=chunk).transpose(1, 2)
 
 
+def _check_terms(name: str, amplitudes: torch.Tensor, rates: torch.Tensor, H: int) -> None:
+    check_decay(name, amplitudes, rates)
+    if amplitudes.dim() != 2 or amplitudes.shape[0] != H:
+        raise ValueError(
+            f"{name} amplitudes and rates must have shape (heads, R) = ({H}, R), got {tuple(amplitudes.shape)}"
+        )
+
+
+def _scan_steps(
+    u: torch.Tensor, g: torch.Tensor, n_fwd: int, swap: bool, dot_with: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Exclusive scans along dim 2 of ``u (B, H, K, R, M)`` with factors ``g (H, R)``.
+
+    Terms ``r < n_fwd`` run forward, ``h_k = g h_{k-1} + u_{k-1}``; the others run in
+    reverse, ``h_k = g h_{k+1} + u_{k+1}``; ``swap`` exchanges the two directions (the
+    adjoint of a forward exclusive scan is a reverse one). Both ends start at 0.
+    One in-place step per chunk, on ``(B, H, R, M)`` slices. With ``dot_with`` (same
+    shape as ``u``) also returns ``sum_{b, k, M} h * dot_with`` of shape ``(H, R)``,
+    accumulated step by step (no full-size temporary).
+    """
+    K = u.shape[2]
+    h = torch.empty_like(u)
+    acc = None if dot_with is None else torch.zeros_like(u[:, :, 0])
+    gg = g[None, :, :, None]
+    fwd, rev = (slice(n_fwd, None), slice(0, n_fwd)) if swap else (slice(0, n_fwd), slice(n_fwd, None))
+    for sl, steps in ((fwd, range(1, K)), (rev, range(K - 2, -1, -1))):
+        hs, us, gs = h[:, :, :, sl], u[:, :, :, sl], gg[:, :, sl]
+        if hs.shape[3] == 0:
+            continue
+        hs[:, :, 0 if steps.step == 1 else K - 1].zero_()
+        accs = None if acc is None else acc[:, :, sl]
+        for k in steps:
+            prev = k - steps.step
+            torch.mul(hs[:, :, prev], gs, out=hs[:, :, k])
+            hs[:, :, k].add_(us[:, :, prev])
+            if accs is not None:
+                accs.addcmul_(hs[:, :, k], dot_with[:, :, k, sl])
+    return h, None if acc is None else acc.sum((0, 3))
+
+
+class _ChunkScan(torch.autograd.Function):
+    """:func:`_scan_steps` with its adjoint: ``u (B, H, K, R, M)``, ``g (H, R)`` -> ``h``.
+
+    Backward: ``grad_u`` is the opposite-direction exclusive scan of ``grad_h``, and
+    ``grad_g = sum_k <grad_u_k, h_k>`` (for a forward term, ``h_{k+1} = g h_k + u_k``:
+    the adjoint of ``h_{k+1}`` is ``grad_u_k`` and it meets ``d h_{k+1} / d g = h_k``).
+    """
+
+    @staticmethod
+    def forward(ctx, u, g, n_fwd: int):  # type: ignore[override]
+        h, _ = _scan_steps(u, g, n_fwd, swap=False)
+        ctx.save_for_backward(g, h)
+        ctx.n_fwd = n_fwd
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h):  # type: ignore[override]
+        g, h = ctx.saved_tensors
+        dot_with = h if ctx.needs_input_grad[1] else None
+        grad_u, grad_g = _scan_steps(grad_h.contiguous(), g, ctx.n_fwd, swap=True, dot_with=dot_with)
+        return grad_u, grad_g, None
+
+
 def decay_kernelized_attention(
     phi_q: torch.Tensor,
     phi_k: torch.Tensor,
@@ -186,60 +255,121 @@ def decay_kernelized_attention(
     future: tuple[torch.Tensor, torch.Tensor] | None = None,
     *,
     key_padding_mask: torch.Tensor | None = None,
-    chunk: int = DEFAULT_CHUNK,
-    checkpoint: bool = True,
-    block_bytes: int = 4 * 2**20,
+    chunk: int = DEFAULT_ATTENTION_CHUNK,
+    checkpoint: bool = False,
+    block_bytes: int | None = None,
 ) -> torch.Tensor:
-    """Eq. 10 of Luo et al. with a decay-family RPE, by linear recurrences.
+    """Eq. 10 of Luo et al. with a decay-family RPE, in the chunkwise-parallel form.
+
+    ``z_i = sum_j c_{j-i} (phi_q_i . phi_k_j) v_j / sum_j c_{j-i} (phi_q_i . phi_k_j)``
+    with ``c`` of :func:`decay_coeffs`. The sequence is cut into chunks of C positions
+    (the chunkwise form of linear attention, Katharopoulos et al. 2020, and of
+    retention, Sun et al. 2023 "Retentive Network", extended here to several terms
+    and to both directions):
+
+    * inside a chunk, ``(Q K^T * T) [V, 1]`` with the ``C x C`` Toeplitz matrix
+      ``T[s, s'] = c_{s'-s}`` (all terms, past and future): ``O(n C (m + d))``;
+    * across chunks, per term r a state ``U_r[k] = sum_s' gamma_r^(C-1-s') phi_k (x) [v, 1]``
+      (``m x (d+1)``, ``gamma = exp(-lambda)``), an exclusive scan over chunks with
+      factor ``gamma_r^C``, read out as ``a_r gamma_r^(s+1) phi_q . H_r[k]``; the
+      future terms are the mirror image (weights ``gamma'^s'`` in, reverse scan,
+      ``a'_r gamma'^(C-s)`` out): ``O(n R m d)``.
+
+    Every factor is a power of ``gamma <= 1``, so large rates underflow to 0 (never
+    overflow) and ``lambda = 0`` is exact. Backward is autograd through batched
+    matrix products plus the hand-written adjoint of the scan over chunks
+    (:class:`_ChunkScan`); memory ``O(n (C + R m + d + R m d / C))`` per head.
 
     Args:
         phi_q, phi_k, v: ``(B, H, n, m)``, ``(B, H, n, m)``, ``(B, H, n, d)`` (equal lengths).
-        amplitudes, rates: ``(H, R)`` past terms; ``future``: ``(H, R')`` pair or None (causal).
+        amplitudes, rates: ``(H, R)`` past terms (``t = j - i <= 0``); may require grad.
+        future: ``(H, R')`` amplitudes and rates of ``t > 0``, or None (causal).
         key_padding_mask: ``(B, n)`` bool, True = padded key.
-        checkpoint: recompute each head's scan in backward (memory of one head's
-            ``n x m x (d+1)`` tensor instead of all heads').
-        block_bytes: size of the blocks of features processed in turn.
+        chunk: chunk length C (>= 2; ``min(C, n)`` is used).
+        checkpoint: accepted for backward compatibility and ignored (the chunkwise form
+            needs no recomputation).
+        block_bytes: heads are processed in groups whose largest temporaries stay near
+            this size (default 32 MiB); None = default.
 
     Returns:
         ``(B, H, n, d)``.
     """
+    del checkpoint
     check_qkv(phi_q, phi_k, v, names=("phi_q", "phi_k", "v"))
     B, H, n, m = phi_q.shape
     if phi_k.shape[-2] != n:
         raise ValueError(f"the decay RPE needs n_q == n_k, got {n} and {phi_k.shape[-2]}")
+    check_positive_int("chunk", chunk, minimum=2)
+    _check_terms("past", amplitudes, rates, H)
+    if future is not None:
+        _check_terms("future", *future, H)
     check_key_padding_mask(key_padding_mask, B, n)
     if key_padding_mask is not None:
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-    d = v.shape[-1]
-
-    # Blocks of features keep every temporary below ``block_bytes``: small enough to stay
-    # in cache and to be recycled by the allocator (fresh buffers above glibc's 32 MiB mmap
-    # threshold cost page faults that dominated these memory-bound passes).
-    mb = max(1, min(m, block_bytes // max(1, B * (d + 1) * n * v.element_size())))
-
-    def one(pq, pk, vh, a, lam, fa, fr):
-        fut = None if fa is None else (fa.expand(B, -1), fr.expand(B, -1))
-        vvT = _vv(vh).transpose(1, 2)[:, None, :, :]  # (B, 1, d+1, n)
-        pkT, pqT = pk.transpose(1, 2), pq.transpose(1, 2)  # (B, m, n)
-        nd = 0.0
-        for s in range(0, m, mb):
-            # channel-major block: A (B, mb, d+1, n)
-            A = (pkT[:, s : s + mb, None, :] * vvT).reshape(B, -1, n)
-            D = decay_toeplitz_cm(A, a.expand(B, -1), lam.expand(B, -1), fut, chunk=chunk)
-            nd = nd + (D.reshape(B, -1, d + 1, n) * pqT[:, s : s + mb, None, :]).sum(1)  # (B, d+1, n)
-        return (nd[:, :d] / nd[:, d:]).transpose(1, 2)
-
+    C = min(chunk, n)
+    K = -(-n // C)
+    Rt = rates.shape[1] + (0 if future is None else future[1].shape[1])
+    # heads in groups whose largest temporaries (n x max(C, Rt m, d+1) per head) stay near
+    # ``block_bytes``: small buffers are recycled by the allocator, while fresh ones above
+    # glibc's 32 MiB mmap threshold cost page faults on every pass
+    per_head = B * K * C * max(C, Rt * m, v.shape[-1] + 1) * v.element_size()
+    hg = max(1, min(H, (DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes) // per_head))
     outs = []
-    for h in range(H):
-        fa = fr = None
+    for h0 in range(0, H, hg):
+        hs = slice(h0, h0 + hg)
+        fut = None if future is None else (future[0][hs], future[1][hs])
+        outs.append(_chunkwise(phi_q[:, hs], phi_k[:, hs], v[:, hs], amplitudes[hs], rates[hs], fut, C))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+
+
+def _chunkwise(
+    phi_q: torch.Tensor,
+    phi_k: torch.Tensor,
+    v: torch.Tensor,
+    amplitudes: torch.Tensor,
+    rates: torch.Tensor,
+    future: tuple[torch.Tensor, torch.Tensor] | None,
+    C: int,
+) -> torch.Tensor:
+    """The chunkwise form on checked inputs (see :func:`decay_kernelized_attention`)."""
+    B, H, n, m = phi_q.shape
+    d = v.shape[-1]
+    e = d + 1
+    K = -(-n // C)
+    pad = K * C - n
+    vv = _vv(v)
+    if pad:  # padded keys have phi_k = 0 and contribute nothing; padded queries are sliced away
+        phi_q, phi_k, vv = (F.pad(t, (0, 0, 0, pad)) for t in (phi_q, phi_k, vv))
+    q = phi_q.reshape(B, H, K, C, m)
+    k = phi_k.reshape(B, H, K, C, m)
+    vv = vv.reshape(B, H, K, C, e)
+
+    # intra-chunk: (Q K^T * T) [V, 1], T[s, s'] = c_{s'-s}
+    c = decay_coeffs(amplitudes, rates, C, C, future).to(v.dtype)  # (H, 2C-1), offsets -(C-1)..C-1
+    i = torch.arange(C, device=c.device)
+    T = c[:, i[None, :] - i[:, None] + C - 1]  # (H, C, C)
+    nd = ((q @ k.transpose(-1, -2)) * T[:, None]) @ vv  # (B, H, K, C, e)
+
+    if K > 1:
+        s = torch.arange(C, device=rates.device, dtype=rates.dtype)
+        terms = [(amplitudes, rates, C - 1 - s, s + 1, False)]
         if future is not None:
-            fa, fr = future[0][h : h + 1], future[1][h : h + 1]
-        args = (phi_q[:, h], phi_k[:, h], v[:, h], amplitudes[h : h + 1], rates[h : h + 1], fa, fr)
-        if checkpoint and torch.is_grad_enabled():
-            outs.append(torch.utils.checkpoint.checkpoint(one, *args, use_reentrant=False))
-        else:
-            outs.append(one(*args))
-    return torch.stack(outs, dim=1)
+            terms.append((future[0], future[1], s, C - s, True))
+        w_in = torch.cat([torch.exp(-lam[..., None] * wi) for _, lam, wi, _, _ in terms], 1)  # (H, Rt, C)
+        w_out = torch.cat([a[..., None] * torch.exp(-lam[..., None] * wo) for a, lam, _, wo, _ in terms], 1)
+        w_in, w_out = w_in.to(v.dtype), w_out.to(v.dtype)
+        Rt = w_in.shape[1]
+        # U[k] = sum_s' w_in[r, s'] phi_k[k, s'] (x) vv[k, s']: one matmul with (r, m) folded
+        kw = (k[:, :, :, :, None, :] * w_in.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, H, K, C, Rt * m)
+        U = (kw.transpose(-1, -2) @ vv).reshape(B, H, K, Rt, m * e)
+        g = torch.exp(-torch.cat([lam for _, lam, _, _, _ in terms], 1) * C).to(v.dtype)  # (H, Rt)
+        Hs = _ChunkScan.apply(U, g, rates.shape[1]).reshape(B, H, K, Rt * m, e)
+        qw = (q[:, :, :, :, None, :] * w_out.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, H, K, C, Rt * m)
+        nd = torch.baddbmm(nd.reshape(-1, C, e), qw.reshape(-1, C, Rt * m), Hs.reshape(-1, Rt * m, e))
+    nd = nd.reshape(B, H, K * C, e)
+    if pad:  # padded query rows are dropped before dividing (their denominators are 0)
+        nd = nd[:, :, :n]
+    return nd[..., :d] / nd[..., d:]
 
 
 class DecayDecoder:
