@@ -1,7 +1,7 @@
 """Benchmark of kernelized attention with RPE (issue 4, section 5).
 
 Every configuration runs in a fresh child process (``python -c ...``) so that its
-peak resident memory (``ru_maxrss``) is its own. Configurations whose predicted
+peak resident memory (``VmHWM``, see ``benchmarks.common.peak_rss_mb``) is its own. Configurations whose predicted
 memory exceeds ``MEMORY_LIMIT_MB`` or whose predicted time exceeds the remaining
 budget are skipped and extrapolated from a log-log fit of the measured points
 (marked ``"extrapolated": true`` with the reason).
@@ -52,9 +52,9 @@ def _child_main() -> None:
 
 
 def _rss_mb() -> float:
-    import resource
+    from benchmarks.common import peak_rss_mb
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return peak_rss_mb()
 
 
 def _best(fn, repeats: int) -> float:

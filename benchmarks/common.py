@@ -7,6 +7,7 @@ import os
 import platform
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -41,5 +42,19 @@ def timeit(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1, min_ti
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (Linux: ru_maxrss is KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """Peak resident memory of this process so far, in MiB.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, this process's own high-water mark
+    (``ru_maxrss`` carries the parent's peak over ``fork``/``exec``, so a child
+    started by a large parent would report the parent's peak). Elsewhere
+    ``ru_maxrss`` (KiB on Linux, bytes on macOS).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024.0
