@@ -106,6 +106,22 @@ def _measure(spec: dict) -> dict:
                 row[str(mib)] = _best(fn, reps)
             rows.append(row)
         return {"rows": rows}
+    if kind == "decay_chunk":  # forward+backward of the chunkwise decay RPE against the chunk length
+        from posenc.attention.decay import decay_kernelized_attention
+
+        rows = []
+        for nn in spec["lengths"]:
+            pq = torch.rand(1, H, nn, m, generator=g).requires_grad_()
+            pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
+            v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
+            a = torch.rand(H, 2, generator=g).requires_grad_()
+            lam = torch.rand(H, 2, generator=g).requires_grad_()
+            row = {"n": nn}
+            for C in spec["chunks"]:
+                fn = lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam), chunk=C).sum().backward()  # noqa: E731
+                row[str(C)] = _best(fn, reps)
+            rows.append(row)
+        return {"rows": rows}
     if kind == "fft_lines":  # rfft+irfft of `channels` lines of length 2n, transformed `lines` at a time
         rows = []
         for nn in spec["lengths"]:
@@ -387,6 +403,10 @@ def run(quick: bool) -> dict:
     result["fft_lines"] = _child(
         {"kind": "fft_lines", "n": 0, "heads": 0, "d": 0, "m": 0, "channels": 64, "lengths": bl,
          "lines": [1, 8, 64], "repeats": 3}, 300)
+
+    result["decay_chunk"] = _child(
+        {"kind": "decay_chunk", "n": 0, "heads": H, "d": d, "m": m, "lengths": [2048] if quick else [4096, 16384],
+         "chunks": [16, 32, 64, 128, 256], "repeats": 2}, 300)
 
     # 2. main table: every method, growing n
     table: dict[str, list[dict]] = {}

@@ -80,7 +80,7 @@ def krpe(r: dict) -> str:
     t, st = r["table"], r["settings"]
     labels = {"ours": "ours (FFT, learned bias)", "sdpa_fixed": "SDPA, fixed materialised bias",
               "sdpa_learned": "SDPA, learned bias", "dense": "dense kernelized RPE",
-              "performer": "kernelized, no RPE", "decay": "decay RPE (chunked scan)"}
+              "performer": "kernelized, no RPE", "decay": "decay RPE (chunkwise, 2 + 2 terms)"}
     ns = sorted({e["n"] for rows in t.values() for e in rows})
     rows = []
     for key, label in labels.items():
@@ -126,6 +126,12 @@ def krpe(r: dict) -> str:
         rows = [[f"{e['n']:,}", *[f"{e[k]['ns_per_line_L_log2L']:.3f}" for k in ks]] for e in lines]
         out += ["", "rfft + irfft of 64 lines of length 2n, ns per line·L·log2 L, by lines per call:", "",
                 markdown_table(["n", *[f"{k} lines" for k in ks]], rows)]
+    dc = r.get("decay_chunk", {}).get("rows")
+    if dc:
+        ks = [k for k in dc[0] if k != "n"]
+        rows = [[f"{e['n']:,}", *[f"{e[k]:.3f}" for k in ks]] for e in dc]
+        out += ["", f"Chunk length of the decay RPE ({st['heads']} heads, m = {st['features']}, 2 + 2 terms, "
+                "forward + backward, seconds):", "", markdown_table(["n", *[f"C = {k}" for k in ks]], rows)]
     names = {"sdpa_fixed": "SDPA, fixed bias", "sdpa_learned": "SDPA, learned bias",
              "dense": "dense kernelized RPE", "fwd_vs_flex": "FlexAttention (forward only)"}
     cross = [f"{label}: n ≈ {c['n']:,} ({c['how']})" if c.get("n") else f"{label}: {c['how']}"
