@@ -66,6 +66,19 @@ def _best(fn, repeats: int) -> float:
     return best
 
 
+def _interleaved(fns: dict, repeats: int) -> dict:
+    """Best time of each function, timed round-robin (one warm-up call each) so all see the same load."""
+    for fn in fns.values():
+        fn()
+    best = {k: math.inf for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best
+
+
 def _measure(spec: dict) -> dict:
     import torch
 
@@ -99,12 +112,9 @@ def _measure(spec: dict) -> dict:
             pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
             v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
             c = torch.rand(H, 2 * nn - 1, generator=g).requires_grad_()
-            row = {"n": nn}
-            for mib in spec["block_mib"]:
-                bb = int(mib * 2**20)
-                fn = lambda: kernelized_attention(pq, pk, v, c, method="fft", block_bytes=bb).sum().backward()  # noqa: E731
-                row[str(mib)] = _best(fn, reps)
-            rows.append(row)
+            fns = {str(mib): (lambda bb=int(mib * 2**20): kernelized_attention(
+                pq, pk, v, c, method="fft", block_bytes=bb).sum().backward()) for mib in spec["block_mib"]}
+            rows.append({"n": nn, **_interleaved(fns, reps)})
         return {"rows": rows}
     if kind == "decay_chunk":  # forward+backward of the chunkwise decay RPE against the chunk length
         from posenc.attention.decay import decay_kernelized_attention
@@ -116,11 +126,9 @@ def _measure(spec: dict) -> dict:
             v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
             a = torch.rand(H, 2, generator=g).requires_grad_()
             lam = torch.rand(H, 2, generator=g).requires_grad_()
-            row = {"n": nn}
-            for C in spec["chunks"]:
-                fn = lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam), chunk=C).sum().backward()  # noqa: E731
-                row[str(C)] = _best(fn, reps)
-            rows.append(row)
+            fns = {str(C): (lambda C=C: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam), chunk=C)
+                            .sum().backward()) for C in spec["chunks"]}
+            rows.append({"n": nn, **_interleaved(fns, reps)})
         return {"rows": rows}
     if kind == "fft_lines":  # rfft+irfft of `channels` lines of length 2n, transformed `lines` at a time
         rows = []
@@ -399,14 +407,14 @@ def run(quick: bool) -> dict:
     bl = [2048] if quick else [4096, 16384, 65536]
     result["block_sweep"] = _child(
         {"kind": "block_sweep", "n": 0, "heads": 1, "d": d, "m": 16, "lengths": bl,
-         "block_mib": [0.25, 0.5, 1, 2, 4, 16], "repeats": 1 if quick else 2}, 300)
+         "block_mib": [0.25, 0.5, 1, 2, 4, 16], "repeats": 2 if quick else 4}, 400)
     result["fft_lines"] = _child(
         {"kind": "fft_lines", "n": 0, "heads": 0, "d": 0, "m": 0, "channels": 64, "lengths": bl,
          "lines": [1, 8, 64], "repeats": 3}, 300)
 
     result["decay_chunk"] = _child(
         {"kind": "decay_chunk", "n": 0, "heads": H, "d": d, "m": m, "lengths": [2048] if quick else [4096, 16384],
-         "chunks": [16, 32, 64, 128, 256], "repeats": 2}, 300)
+         "chunks": [16, 32, 64, 128, 256], "repeats": 3}, 300)
 
     # 2. main table: every method, growing n
     table: dict[str, list[dict]] = {}
