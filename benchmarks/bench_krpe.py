@@ -66,6 +66,17 @@ def _best(fn, repeats: int) -> float:
     return best
 
 
+def _attention_inputs(g, H: int, n: int, m: int, d: int, coeffs: bool = True):
+    """Leaf tensors ``phi_q, phi_k (1, H, n, m)``, ``v (1, H, n, d)``, ``coeffs (H, 2n-1)`` (or None)."""
+    import torch
+
+    pq = torch.rand(1, H, n, m, generator=g).requires_grad_()
+    pk = torch.rand(1, H, n, m, generator=g).requires_grad_()
+    v = torch.randn(1, H, n, d, generator=g).requires_grad_()
+    c = torch.rand(H, 2 * n - 1, generator=g).requires_grad_() if coeffs else None
+    return pq, pk, v, c
+
+
 def _interleaved(fns: dict, repeats: int) -> dict:
     """Best time of each function, timed round-robin (one warm-up call each) so all see the same load."""
     for fn in fns.values():
@@ -108,10 +119,7 @@ def _measure(spec: dict) -> dict:
     if kind == "block_sweep":  # forward+backward of ours against the size of a block of spectra
         rows = []
         for nn in spec["lengths"]:
-            pq = torch.rand(1, H, nn, m, generator=g).requires_grad_()
-            pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
-            v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
-            c = torch.rand(H, 2 * nn - 1, generator=g).requires_grad_()
+            pq, pk, v, c = _attention_inputs(g, H, nn, m, d)
             fns = {str(mib): (lambda bb=int(mib * 2**20): kernelized_attention(
                 pq, pk, v, c, method="fft", block_bytes=bb).sum().backward()) for mib in spec["block_mib"]}
             rows.append({"n": nn, **_interleaved(fns, reps)})
@@ -121,9 +129,7 @@ def _measure(spec: dict) -> dict:
 
         rows = []
         for nn in spec["lengths"]:
-            pq = torch.rand(1, H, nn, m, generator=g).requires_grad_()
-            pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
-            v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
+            pq, pk, v, _ = _attention_inputs(g, H, nn, m, d, coeffs=False)
             a = torch.rand(H, 2, generator=g).requires_grad_()
             lam = torch.rand(H, 2, generator=g).requires_grad_()
             fns = {str(C): (lambda C=C: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam), chunk=C)
@@ -147,10 +153,7 @@ def _measure(spec: dict) -> dict:
     if kind == "crossover_attention":
         rows = []
         for nn in spec["lengths"]:
-            pq = torch.rand(1, H, nn, m, generator=g).requires_grad_()
-            pk = torch.rand(1, H, nn, m, generator=g).requires_grad_()
-            v = torch.randn(1, H, nn, d, generator=g).requires_grad_()
-            c = torch.rand(H, 2 * nn - 1, generator=g).requires_grad_()
+            pq, pk, v, c = _attention_inputs(g, H, nn, m, d)
             row = {"n": nn}
             for meth in ("dense", "fft"):
                 fn = lambda: kernelized_attention(pq, pk, v, c, method=meth).sum().backward()  # noqa: E731
