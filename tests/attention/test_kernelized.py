@@ -179,3 +179,15 @@ def test_max_subtraction_is_exact():
     b = kernelized_attention(pq, pk, v, rpe_coeffs(bias + 30.0, 9))
     torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert float(rpe_coeffs(bias + 30.0, 9).max()) == 1.0
+
+
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("method", ["fft", "dense"])
+def test_half_precision_inputs_are_computed_in_float32(low, method):
+    g = torch.Generator().manual_seed(12)
+    pq, pk, v, bias = (t.to(low) for t in draw(g, 1, 2, 200, 200, 4, 3, dtype=torch.float32))
+    c = rpe_coeffs(bias.float(), 200).to(low)
+    out = kernelized_attention(pq, pk, v, c, method=method)
+    ref = kernelized_attention(pq.float(), pk.float(), v.float(), c.float(), method=method)
+    assert out.dtype == low and bool(torch.isfinite(out).all())
+    torch.testing.assert_close(out.float(), ref.to(low).float(), rtol=0, atol=0)

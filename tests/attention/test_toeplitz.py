@@ -131,3 +131,15 @@ def test_bad_input(kwargs, exc, match):
         c = torch.zeros(kwargs["n_out"] + 5 - 1)
     with pytest.raises(exc, match=match):
         toeplitz_matmul(c, x, **kwargs)
+
+
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("method", ["fft", "direct"])
+def test_half_precision_is_computed_in_float32(low, method):
+    g = torch.Generator().manual_seed(9)
+    c = torch.rand(2, 2 * 300 - 1, generator=g)
+    x = torch.randn(2, 300, 5, generator=g)
+    ref = toeplitz_matmul(c.to(low).float(), x.to(low).float(), method=method)
+    out = toeplitz_matmul(c.to(low), x.to(low), method=method)
+    assert out.dtype == low
+    torch.testing.assert_close(out.float(), ref.to(low).float(), rtol=0, atol=0)

@@ -257,6 +257,7 @@ def kernelized_attention(
         key_padding_mask: ``(batch, n_k)`` bool, True = ignore that key.
         method: ``"fft"``, ``"dense"`` (materialised n_q x n_k) or ``"auto"``.
         compute_dtype: accumulate in this dtype (e.g. ``torch.float64``), cast back.
+            Half-precision inputs (float16, bfloat16) are computed in float32.
         block_bytes: bound on the spectra held at once by the FFT path.
 
     Returns:
@@ -271,6 +272,8 @@ def kernelized_attention(
     check_key_padding_mask(key_padding_mask, B, n_k)
     out_dtype = v.dtype
     dtype = compute_dtype or torch.promote_types(torch.promote_types(phi_q.dtype, phi_k.dtype), v.dtype)
+    if dtype in (torch.float16, torch.bfloat16):  # no half-precision FFT on CPU; the bound assumes float32
+        dtype = torch.float32
     phi_q, phi_k, v = phi_q.to(dtype), phi_k.to(dtype), v.to(dtype)
     if key_padding_mask is not None:
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)

@@ -199,7 +199,8 @@ def toeplitz_matmul(
         block_bytes: bound on the spectra held at once by the FFT path.
 
     Returns:
-        ``(..., n_out, channels)`` in the common dtype of ``coeffs`` and ``x``.
+        ``(..., n_out, channels)`` in the common dtype of ``coeffs`` and ``x`` (computed in
+        float32 when that dtype is float16 or bfloat16).
     """
     check_tensor("x", x)
     check_floating("x", x)
@@ -215,16 +216,18 @@ def toeplitz_matmul(
         )
     if n == 0:
         raise ValueError("x must have at least one position (n >= 1), got n=0")
-    dtype = torch.promote_types(coeffs.dtype, x.dtype)
+    out_dtype = torch.promote_types(coeffs.dtype, x.dtype)
+    # no half-precision FFT on CPU: float16 / bfloat16 are computed in float32 and cast back
+    dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
     coeffs, x = coeffs.to(dtype), x.to(dtype)
     if causal:
         coeffs = causal_coeffs(coeffs, n_q)
     if method == "auto":
         method = "direct" if n_q + n <= 2 * TOEPLITZ_DIRECT_MAX_N else "fft"
     if method == "direct":
-        return toeplitz_dense(coeffs, n_q, n) @ x
+        return (toeplitz_dense(coeffs, n_q, n) @ x).to(out_dtype)
     batch = torch.broadcast_shapes(coeffs.shape[:-1], x.shape[:-2])
     c = coeffs.expand(*batch, coeffs.shape[-1]).reshape(-1, coeffs.shape[-1])
     xb = x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:])
     y = ToeplitzFFT.apply(c, xb, n_q, block_bytes)
-    return y.reshape(*batch, n_q, x.shape[-1])
+    return y.reshape(*batch, n_q, x.shape[-1]).to(out_dtype)
