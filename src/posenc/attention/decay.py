@@ -28,7 +28,8 @@ from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
-DEFAULT_BLOCK_BYTES = 32 * 2**20
+#: Heads of the chunkwise decay attention go in groups whose temporaries stay near this size.
+DEFAULT_HEAD_GROUP_BYTES = 32 * 2**20
 
 
 def check_decay(name: str, amplitudes: torch.Tensor, rates: torch.Tensor) -> None:
@@ -313,7 +314,7 @@ def decay_kernelized_attention(
     # ``block_bytes``: small buffers are recycled by the allocator, while fresh ones above
     # glibc's 32 MiB mmap threshold cost page faults on every pass
     per_head = B * K * C * max(C, Rt * m, v.shape[-1] + 1) * v.element_size()
-    hg = max(1, min(H, (DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes) // per_head))
+    hg = max(1, min(H, (DEFAULT_HEAD_GROUP_BYTES if block_bytes is None else block_bytes) // per_head))
     outs = []
     for h0 in range(0, H, hg):
         hs = slice(h0, h0 + hg)

@@ -72,11 +72,6 @@ def rpe_coeffs(bias: torch.Tensor, n_q: int, causal: bool = False) -> torch.Tens
     return torch.exp(bias - top)
 
 
-def _block_features(length: int, m: int, d1: int, block_bytes: int, itemsize: int) -> int:
-    """Whole features per block when one feature's ``d1`` spectra fit ``block_bytes`` (else 1)."""
-    return max(1, min(m, lines_per_block(length, m * d1, block_bytes, itemsize) // d1))
-
-
 def _vv(v: torch.Tensor) -> torch.Tensor:
     return torch.cat((v, v.new_ones((*v.shape[:-1], 1))), dim=-1)
 
