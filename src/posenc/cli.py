@@ -422,6 +422,10 @@ def _claim_holds(claim: Any) -> bool | None:
 
 
 def _claim_word(claim: Any) -> str:
+    """A claim's verdict: its ``verdict`` text (holds / not confirmed at this scale /
+    contradicted) when it has one, else yes / no / n/a from ``holds``."""
+    if isinstance(claim, dict) and isinstance(claim.get("verdict"), str):
+        return claim["verdict"]
     return {True: "yes", False: "no", None: "n/a"}[_claim_holds(claim)]
 
 

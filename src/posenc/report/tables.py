@@ -23,6 +23,19 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def verdict(holds: bool) -> str:
-    """The report's wording for a checked claim."""
+def verdict(holds: bool | str) -> str:
+    """The report's wording for a checked claim: a verdict string of
+    :mod:`posenc.experiments.stats` (holds / not confirmed at this scale /
+    contradicted), or a bool (confirmed / not confirmed at this scale)."""
+    if isinstance(holds, str):
+        return f"**{holds}**"
     return "**confirmed at this scale**" if holds else "**not confirmed at this scale**"
+
+
+def fmt_diff(diff: dict | None, digits: int = 3) -> str:
+    """``+0.031 [+0.010, +0.052] (n=5): holds`` from :func:`posenc.experiments.stats.paired_difference`."""
+    if not diff or diff.get("mean") is None:
+        return "n/a"
+    lo, hi = diff.get("low"), diff.get("high")
+    interval = "[n/a]" if lo is None or hi is None else f"[{lo:+.{digits}f}, {hi:+.{digits}f}]"
+    return f"{diff['mean']:+.{digits}f} {interval} (n={diff['n']}): {diff['verdict']}"
