@@ -14,7 +14,10 @@ Patch positions are given to the encoding as one of:
 
 A :class:`~posenc.encodings.LearnedTableEncoding` is used through its
 ``table(grid)`` method, so a resolution change resamples the table (if the
-table allows it) instead of indexing out of range.
+table allows it) instead of indexing out of range. An encoding that augments
+positions per sample (``per_sample_positions``, e.g. CAPE) gets the patch grid
+expanded to one copy per image in training mode, so every image draws its own
+shift and scale; in evaluation mode the grid is shared.
 """
 
 from __future__ import annotations
@@ -124,7 +127,10 @@ class TinyViT(nn.Module):
             if hasattr(enc, "table"):
                 pos_feats = enc.table((rows, cols))
             else:
-                pos_feats = self.encoder.position_features(pos)
+                enc_pos = pos
+                if getattr(enc, "per_sample_positions", False) and enc.training:  # CAPE: one draw per image
+                    enc_pos = pos.expand(x.shape[0], *pos.shape)
+                pos_feats = self.encoder.position_features(enc_pos)
         x = self.encoder.embed(x)
         if pos_feats is not None:
             x = x + pos_feats.to(x.dtype)
