@@ -234,3 +234,21 @@ def test_bad_input():
         RotaryEmbedding(8, scaling="yarn")
     with pytest.raises(ValueError, match="num_heads"):
         convert_rope_layout(torch.randn(10, 4), 3)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("r", [None, 4])
+def test_gradients_fast_path(layout, r):
+    # the fast kernels' backward (rotation by -angle) against torch.autograd.gradcheck
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    pos = torch.tensor([0.0, 1.5, 3.0, 7.0, 11.0], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t: apply_rope(t, pos, layout=layout, rotary_dim=r), (x,))
+
+
+def test_non_contiguous_inputs():
+    # q as it comes out of a fused qkv projection: (B, n, 3, H, d) permuted to (B, H, n, d)
+    qkv = torch.randn(2, 6, 3, 2, 8, dtype=torch.float64)
+    q = qkv.permute(2, 0, 3, 1, 4)[0]
+    for layout in ("half", "interleaved"):
+        torch.testing.assert_close(apply_rope(q, layout=layout), apply_rope(q.contiguous(), layout=layout))
+        torch.testing.assert_close(apply_rope(q, layout=layout), reference(q.contiguous(), torch.arange(6), layout=layout))

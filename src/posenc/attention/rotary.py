@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc._checks import check_choice, check_finite, check_positive_float, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_choice, check_finite, check_positive_float, check_positive_int, check_tensor
 from posenc.encodings.base import compute_dtype
 
 LAYOUTS = ("half", "interleaved")
@@ -81,8 +81,8 @@ def rope_angles(positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     return positions.to(torch.float64)[..., None] * freqs.to(device=positions.device, dtype=torch.float64)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Rotate the first ``2 K`` channels of ``x (..., d)`` by ``cos, sin (..., K)``; the rest pass through."""
+def _rotate_functional(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Plain tensor expressions (differentiable in every argument; what torch.compile fuses)."""
     K = cos.shape[-1]
     r = 2 * K
     xr, rest = x[..., :r], x[..., r:]
@@ -94,6 +94,66 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) 
         x1, x2 = pairs[..., 0], pairs[..., 1]
         out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
     return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
+
+
+def _complex_ok(t: torch.Tensor) -> bool:
+    return t.stride(-1) == 1 and all(st % 2 == 0 for st in t.stride()[:-1]) and t.storage_offset() % 2 == 0
+
+
+def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                 out: torch.Tensor) -> torch.Tensor:
+    """Write the rotation of ``x`` into ``out`` with few passes over memory (no autograd).
+
+    Interleaved pairs are one complex multiplication (read ``x`` once, write ``out`` once);
+    half-split pairs are two multiply-adds per half.
+    """
+    K = cos.shape[-1]
+    r = 2 * K
+    if layout == "interleaved" and x.dtype in (torch.float32, torch.float64) and _complex_ok(x) and _complex_ok(out):
+        xc = torch.view_as_complex(x[..., :r].unflatten(-1, (K, 2)))
+        oc = torch.view_as_complex(out[..., :r].unflatten(-1, (K, 2)))
+        torch.mul(xc, torch.complex(cos, sin), out=oc)
+    elif layout == "interleaved":
+        out[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
+    else:
+        x1, x2 = x[..., :K], x[..., K:r]
+        o1, o2 = out[..., :K], out[..., K:r]
+        torch.mul(x1, cos, out=o1)
+        o1.addcmul_(x2, sin, value=-1.0)
+        torch.mul(x2, cos, out=o2)
+        o2.addcmul_(x1, sin)
+    if r < x.shape[-1]:
+        out[..., r:].copy_(x[..., r:])
+    return out
+
+
+class _Rotate(torch.autograd.Function):
+    """Rotation by fixed angles; backward rotates the gradient back (``R^T = R(-angle)``)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, layout):  # type: ignore[override]
+        ctx.save_for_backward(cos, sin)
+        ctx.layout = layout
+        return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        cos, sin = ctx.saved_tensors
+        return _rotate_into(grad, cos, -sin, ctx.layout, torch.empty_like(grad)), None, None, None
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Rotate the first ``2 K`` channels of ``x (..., d)`` by ``cos, sin (..., K)``; the rest pass through.
+
+    ``cos``/``sin`` must broadcast to ``x[..., :K]``. Fast kernels write the result in
+    place of a fresh tensor; when the angles need gradients, or under ``torch.compile``
+    (which fuses the plain expressions itself), the plain expressions are used.
+    """
+    if _compiling() or cos.requires_grad or sin.requires_grad:
+        return _rotate_functional(x, cos, sin, layout)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotate.apply(x, cos, sin, layout)
+    return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
 
 
 def rotate(x: torch.Tensor, angles: torch.Tensor, layout: str = "half", scale: torch.Tensor | None = None) -> torch.Tensor:
