@@ -22,7 +22,7 @@ def dense_reference(mod, x, pos=None, key_padding_mask=None, causal=False):
     """Explicit projections, rotation/bias per token pair, masked softmax in float64."""
     B, n, E = x.shape
     H, hd = mod.num_heads, mod.head_dim
-    qkv = x.double() @ mod.qkv.weight.double().T + mod.qkv.bias.double()
+    qkv = x.double() @ mod.in_proj_weight.double().T + mod.in_proj_bias.double()
     q, k, v = qkv.view(B, n, 3, H, hd).permute(2, 0, 3, 1, 4)
     p1 = torch.arange(n, dtype=torch.float64) if pos is None else pos[..., 0].double()
     if mod.position == "rope":
@@ -46,7 +46,7 @@ def dense_reference(mod, x, pos=None, key_padding_mask=None, causal=False):
                         s = -math.inf
                     logits[b, h, i, j] = s
     out = torch.softmax(logits, -1) @ v
-    return out.transpose(1, 2).reshape(B, n, E) @ mod.proj.weight.double().T + mod.proj.bias.double()
+    return out.transpose(1, 2).reshape(B, n, E) @ mod.out_proj.weight.double().T + mod.out_proj.bias.double()
 
 
 @pytest.mark.parametrize("position", ["none", "rope", "xpos", "alibi", "t5", "learned"])

@@ -16,6 +16,7 @@ Relative encodings that act inside softmax attention:
 * :mod:`~posenc.attention.alibi` -- ALiBi as an SDPA bias, a FlexAttention score_mod, and in linear attention.
 * :mod:`~posenc.attention.relative_bias` -- learned biases over T5 buckets or clipped offsets.
 * :mod:`~posenc.attention.relative_attention` -- ``RelativeSelfAttention``, one module for all of them.
+* :mod:`~posenc.attention.mha` -- ``RelativeMHA`` / ``KernelizedMHA``: ``nn.MultiheadAttention`` drop-ins.
 """
 
 from posenc.attention.alibi import (
@@ -32,6 +33,7 @@ from posenc.attention.kernelized import kernelized_attention, rpe_coeffs
 from posenc.attention.layers import KernelizedAttention, KernelizedMultiheadAttention
 from posenc.attention.reference import dense_kernelized_attention, rpe_matrix, softmax_rpe_attention
 from posenc.attention.rpe2d import kernelized_attention_2d, rpe2d_matrix, toeplitz2d_matmul
+from posenc.attention.mha import KernelizedMHA, RelativeMHA
 from posenc.attention.relative_attention import RelativeSelfAttention, relative_attention_factory, set_rope_scaling
 from posenc.attention.relative_bias import RelativePositionBias, bias_score_mod, clipped_buckets, t5_buckets
 from posenc.attention.rope_scaling import RopeScaling, linear_position_scale, ntk_base, yarn_frequencies
@@ -50,9 +52,11 @@ __all__ = [
     "AxialRotaryEmbedding",
     "DecayDecoder",
     "KernelizedAttention",
+    "KernelizedMHA",
     "KernelizedMultiheadAttention",
     "MixedRotaryEmbedding",
     "PositiveRandomFeatures",
+    "RelativeMHA",
     "RelativePositionBias",
     "RelativeSelfAttention",
     "RopeScaling",

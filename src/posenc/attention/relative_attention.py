@@ -60,6 +60,7 @@ class RelativeSelfAttention(nn.Module):
         num_buckets, max_distance, bidirectional: of the T5 buckets; ``max_distance`` is
             also the clip distance of ``"learned"``. ``bidirectional`` defaults to ``not causal``.
         dropout: attention dropout (training only).
+        bias: biases in the input and output projections.
         seed: seed of ``"rope_mixed"``'s initial directions.
         device, dtype: of the parameters.
     """
@@ -80,6 +81,7 @@ class RelativeSelfAttention(nn.Module):
         max_distance: int = 128,
         bidirectional: bool | None = None,
         dropout: float = 0.0,
+        bias: bool = True,
         seed: int = 0,
         device=None,
         dtype=None,
@@ -95,8 +97,10 @@ class RelativeSelfAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
         factory = {"device": device, "dtype": dtype}
-        self.qkv = nn.Linear(dim, 3 * dim, **factory)
-        self.proj = nn.Linear(dim, dim, **factory)
+        # nn.MultiheadAttention's parameter names and layout, so its checkpoints load as they are
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim, **factory))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim, **factory)) if bias else None
+        self.out_proj = nn.Linear(dim, dim, bias=bias, **factory)
         self.rotary: nn.Module | None = None
         self.rel_bias: RelativePositionBias | None = None
         if position in ("rope", "xpos"):
@@ -119,9 +123,20 @@ class RelativeSelfAttention(nn.Module):
                 **factory,
             )
 
+        self._reset_projections()
+
+    def _reset_projections(self) -> None:
+        # as nn.MultiheadAttention: xavier-uniform in-projection, zero biases
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
     def reset_parameters(self) -> None:
-        self.qkv.reset_parameters()
-        self.proj.reset_parameters()
+        self._reset_projections()
+        self.out_proj.reset_parameters()
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
         for m in (self.rotary, self.rel_bias):
             if m is not None and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
@@ -215,26 +230,56 @@ class RelativeSelfAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, n, {self.dim}), got {tuple(x.shape)}")
         B, n, _ = x.shape
+        q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(
+            B, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        out = self.attend(q, k, v, positions, key_padding_mask, attn_mask, is_causal)
+        return self.out_proj(out.transpose(1, 2).reshape(B, n, self.dim))
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ):
+        """Attention of projected ``q, k, v (B, H, n, head_dim)`` with the position term -> ``(B, H, n, head_dim)``.
+
+        With ``need_weights`` the attention probabilities ``(B, H, n, n)`` are computed
+        explicitly and returned too (``(out, weights)``).
+        """
+        B, n = q.shape[0], q.shape[-2]
         pos = self._positions(positions, B, n)
-        q, k, v = self.qkv(x).view(B, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.position in ("rope", "xpos"):
             p = None if pos is None else pos[..., 0][:, None, :]  # (B or 1, 1, n): broadcast over heads
             q, k = self.rotary(q, k, p, p)
         elif self.position in ("rope_axial", "rope_mixed"):
             q, k = self.rotary(q, k, pos if pos.shape[0] > 1 else pos[0])
         causal = self.causal or bool(is_causal)
-        bias = self._bias(pos, n, x.device, q.dtype)
+        bias = self._bias(pos, n, q.device, q.dtype)
         drop = self.dropout if self.training else 0.0
-        if bias is None and key_padding_mask is None and attn_mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=causal)
-        else:
-            mask = self._mask(bias, B, n, key_padding_mask, attn_mask, causal, x.device, q.dtype)
-            # a query row with every key masked (e.g. a left-padded query under a causal mask) would
-            # give 0/0 = NaN in the softmax and in every gradient: let it attend uniformly instead
-            dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
-            mask = mask.masked_fill(dead, 0.0)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
-        return self.proj(out.transpose(1, 2).reshape(B, n, self.dim))
+        mask = None
+        if bias is not None or key_padding_mask is not None or attn_mask is not None or need_weights:
+            mask = self._mask(bias, B, n, key_padding_mask, attn_mask, causal, q.device, q.dtype)
+            if mask is not None:
+                # a query row with every key masked (e.g. a left-padded query under a causal mask) would
+                # give 0/0 = NaN in the softmax and in every gradient: let it attend uniformly instead
+                dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+                mask = mask.masked_fill(dead, 0.0)
+        if need_weights:
+            logits = q @ k.transpose(-1, -2) * (self.head_dim ** -0.5)
+            if mask is not None:
+                logits = logits + mask
+            weights = torch.softmax(logits, dim=-1)
+            if drop:
+                weights = F.dropout(weights, drop)
+            return weights @ v, weights
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, num_heads={self.num_heads}, position={self.position!r}, causal={self.causal}"
