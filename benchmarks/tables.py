@@ -149,7 +149,44 @@ def krpe(r: dict) -> str:
     return "\n".join(out)
 
 
-FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe}
+def relative(r: dict) -> str:
+    rope = r["rope"]
+    sh = rope["shape"]
+    out = [f"RoPE on q and k, batch {sh['batch']}, {sh['heads']} heads, n = {sh['n']:,}, d = {sh['d']}, float32, "
+           f"forward, {rope['threads']} thread (floor: copying q and k, {rope['bytes_moved_floor'] / 2**20:.0f} MiB "
+           f"moved; target ≤ {rope['target_ratio']:g}× floor):", ""]
+    rows = [[name, f"{c['min_s'] * 1e3:.1f}", f"{c['ratio_to_floor']:.2f}"] for name, c in rope["cases"].items()]
+    out.append(markdown_table(["implementation", "ms", "time / floor"], rows))
+    for key, title in (("bias", "Attention with a position bias, forward + backward (FlexAttention: forward only), "
+                                "causal"), ("long", "Long sequences")):
+        part = r[key]
+        labels = r["bias"]["labels"]
+        lengths = sorted({row["n"] for row in part["rows"]})
+        kinds = list(dict.fromkeys(row["kind"] for row in part["rows"]))
+        cell = {(row["kind"], row["n"]): row for row in part["rows"]}
+
+        def fmt(row):
+            if row is None:
+                return "–"
+            if "skipped" in row:
+                return "not run (memory)"
+            if "error" in row:
+                return "error"
+            return f"{row['median_s']:.3f} s ({row['peak_rss_mb']:.0f} MB)"
+
+        out += ["", f"{title}, batch {part['batch']}, {part['heads']} heads, d = {part['head_dim']}, "
+                f"{part['threads']} thread, seconds (peak RSS):", ""]
+        out.append(markdown_table(["method", *[f"n = {n:,}" for n in lengths]],
+                                  [[labels[k], *[fmt(cell.get((k, n))) for n in lengths]] for k in kinds]))
+    cross = r.get("crossovers", {})
+    if cross:
+        parts = [f"{k.replace('_', ' ')}: " + ("n ≈ " + f"{v:,.0f}" if v else "not within the measured lengths")
+                 for k, v in cross.items()]
+        out += ["", "Length from which kernelized ALiBi (decay path) is faster: " + "; ".join(parts) + "."]
+    return "\n".join(out)
+
+
+FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative}
 
 
 def main() -> None:

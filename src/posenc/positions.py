@@ -3,15 +3,28 @@
 Coordinate encodings (Zheng et al.) sample the unit interval as
 ``linspace(0, 1, N + 1)[:-1]``: N points, left-closed, right-open. That is the
 default here (``endpoint=False``); ``endpoint=True`` gives ``linspace(low, high, N)``.
+
+:func:`cape_augment` is CAPE's augmentation of continuous positions (global
+shift, local shift, global scaling; Likhomanenko et al., NeurIPS 2021);
+:func:`grid_spacing` measures the spacing of a grid of positions (the unit of
+CAPE's local shift in 2D).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
-from posenc._checks import check_domain, check_positive_int
+from posenc._checks import (
+    _compiling,
+    check_domain,
+    check_finite,
+    check_floating,
+    check_positive_int,
+    check_tensor,
+)
 
 
 def grid_1d(
@@ -84,3 +97,209 @@ def subsample_mask(shape: Sequence[int], stride: int = 2, device: torch.device |
     check_positive_int("stride", stride)
     idx = index_grid(shape, device=device)
     return (idx % stride == 0).all(dim=-1)
+
+
+# --------------------------------------------------------------------------- CAPE
+def _check_limit(name: str, value: object, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be finite and >= {minimum:g}, got {value}")
+    return value
+
+
+def check_key_padding_mask(mask: object, batch_shape: tuple[int, ...]) -> torch.Tensor:
+    """Validate a key padding mask ``(..., N)`` (``True`` = padding) against ``batch_shape``.
+
+    Raises if it is not a bool tensor of exactly ``batch_shape`` or if some sample
+    pads every token (checked outside ``torch.compile`` only).
+    """
+    check_tensor("key_padding_mask", mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be a bool tensor (True = padding), got dtype {mask.dtype}")
+    if tuple(mask.shape) != tuple(batch_shape):
+        raise ValueError(
+            f"key_padding_mask must have the positions' shape without the last axis, {tuple(batch_shape)}, "
+            f"got {tuple(mask.shape)}"
+        )
+    if not _compiling() and mask.numel() and bool(mask.all(dim=-1).any()):
+        bad = int(mask.all(dim=-1).sum())
+        raise ValueError(f"key_padding_mask pads every token of {bad} sample(s); each sample needs a real token")
+    return mask
+
+
+def check_generator(generator: object, device: torch.device) -> torch.Generator | None:
+    """Return ``generator`` if it is ``None`` or a ``torch.Generator`` on ``device``."""
+    if generator is None:
+        return None
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    gdev = generator.device
+    if gdev.type != device.type or (gdev.index is not None and device.index is not None and gdev.index != device.index):
+        raise ValueError(
+            f"generator must be on the positions' device {device}, got a generator on {gdev}; "
+            f"create it with torch.Generator(device={str(device)!r})"
+        )
+    return generator
+
+
+def _spacing_tensor(spacing: object, d: int, like: torch.Tensor) -> torch.Tensor:
+    """``spacing`` as a tensor broadcastable to ``(..., 1, d)`` in ``like``'s dtype and device."""
+    if isinstance(spacing, torch.Tensor):
+        s = spacing.to(device=like.device, dtype=like.dtype)
+        if s.dim() == 0:
+            s = s.reshape(1)
+        if s.shape[-1] not in (1, d):
+            raise ValueError(f"spacing must have 1 or D={d} entries on its last axis, got shape {tuple(spacing.shape)}")
+    else:
+        try:
+            vals = [spacing] if isinstance(spacing, (int, float)) else list(spacing)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"spacing must be a number, a sequence of numbers or a tensor, got {spacing!r}") from None
+        if len(vals) not in (1, d):
+            raise ValueError(f"spacing must be a number or D={d} numbers, got {spacing!r}")
+        vals = [_check_limit("spacing", v) for v in vals]
+        s = torch.tensor(vals, device=like.device, dtype=like.dtype)
+    if not _compiling() and not bool((torch.isfinite(s) & (s > 0)).all()):
+        raise ValueError(f"spacing must be finite and > 0, got {spacing!r}")
+    return s
+
+
+def cape_augment(
+    positions: torch.Tensor,
+    *,
+    max_global_shift: float = 0.0,
+    max_local_shift: float = 0.0,
+    max_global_scaling: float = 1.0,
+    mean_center: bool = False,
+    spacing: float | Sequence[float] | torch.Tensor = 1.0,
+    key_padding_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """CAPE's augmentation of continuous positions (Likhomanenko et al., NeurIPS 2021, Sec. 3).
+
+    ``positions (..., N, D) -> (..., N, D)``: every leading index is one sample,
+    ``N`` its tokens, ``D`` the axes (1 for sequences, 2 for images). In order,
+
+    1. optional mean-centring ``x <- x - mean_i(x_i)`` (per sample and axis, over
+       the unpadded tokens);
+    2. global shift ``x <- x + Delta``, ``Delta ~ U[-max_global_shift, max_global_shift]``,
+       one draw per sample and axis;
+    3. local shift ``x_i <- x_i + eps_i``, ``eps_i ~ U[-max_local_shift, max_local_shift] * spacing``,
+       one draw per token and axis (``spacing``: the distance between neighbouring
+       tokens, e.g. the patch spacing ``2 / n`` of ``n`` patch centres on ``[-1, 1]``);
+    4. global scaling ``x <- lambda * x``, ``log lambda ~ U[-log max_global_scaling,
+       log max_global_scaling]``, one draw per sample shared by all axes.
+
+    The three draws are always made, in that order (``Delta``, then ``eps``, then
+    ``log lambda``) and whatever the limits, so switching one augmentation off does
+    not change the others' draws. They are made on the positions' device, from
+    ``generator`` when given (it must live on that device), otherwise from torch's
+    default generator of that device. The arithmetic runs in at least float32 and
+    the result is cast back to the positions' dtype. Padded positions
+    (``key_padding_mask`` True) take no part in the mean and are returned unchanged.
+
+    Args:
+        positions: ``(..., N, D)`` floating-point positions, finite.
+        max_global_shift: ``>= 0``, in the positions' units.
+        max_local_shift: ``>= 0``, in units of ``spacing``.
+        max_global_scaling: ``>= 1`` (1: no scaling).
+        mean_center: subtract each sample's mean position first.
+        spacing: unit of the local shift: a number, ``D`` numbers (one per axis), or a
+            tensor broadcastable to ``(..., 1, D)`` (e.g. one spacing per sample).
+        key_padding_mask: ``(..., N)`` bool, ``True`` at padding; no sample may be all padding.
+        generator: a ``torch.Generator`` on the positions' device, or ``None``.
+
+    Returns:
+        The augmented positions, same shape and dtype as ``positions``.
+    """
+    out = cape_augment_work(
+        positions, max_global_shift=max_global_shift, max_local_shift=max_local_shift,
+        max_global_scaling=max_global_scaling, mean_center=mean_center, spacing=spacing,
+        key_padding_mask=key_padding_mask, generator=generator, augment=True,
+    )
+    return out.to(positions.dtype)
+
+
+def cape_augment_work(
+    positions: torch.Tensor,
+    *,
+    max_global_shift: float = 0.0,
+    max_local_shift: float = 0.0,
+    max_global_scaling: float = 1.0,
+    mean_center: bool = False,
+    spacing: float | Sequence[float] | torch.Tensor = 1.0,
+    key_padding_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    augment: bool = True,
+) -> torch.Tensor:
+    """:func:`cape_augment` returning its working precision (at least float32).
+
+    With ``augment=False`` only the mean-centring is applied (CAPE at evaluation),
+    and nothing is drawn. Encodings call this so that half-precision positions are
+    augmented and embedded in float32 without a round trip through the half type.
+    """
+    check_tensor("positions", positions)
+    if positions.dim() < 2:
+        raise ValueError(f"positions must have shape (..., N, D) (tokens, then axes), got {tuple(positions.shape)}")
+    check_floating("positions", positions)
+    gen = check_generator(generator, positions.device)
+    shift = _check_limit("max_global_shift", max_global_shift)
+    local = _check_limit("max_local_shift", max_local_shift)
+    scaling = _check_limit("max_global_scaling", max_global_scaling, minimum=1.0)
+    if not isinstance(mean_center, bool):
+        raise TypeError(f"mean_center must be a bool, got {type(mean_center).__name__}")
+    check_finite("positions", positions)
+    mask = None
+    if key_padding_mask is not None:
+        mask = check_key_padding_mask(key_padding_mask, tuple(positions.shape[:-1]))
+    work_dtype = torch.promote_types(positions.dtype, torch.float32)
+    x = positions.to(work_dtype)
+    keep = None if mask is None else (~mask)[..., None]  # (..., N, 1): real tokens
+    if mean_center:
+        if keep is None:
+            mean = x.mean(dim=-2, keepdim=True)
+        else:
+            w = keep.to(work_dtype)
+            mean = (x * w).sum(dim=-2, keepdim=True) / w.sum(dim=-2, keepdim=True)
+        x = x - mean
+    if augment:
+        *batch, n, d = x.shape
+        step = _spacing_tensor(spacing, d, x)
+        kw = {"generator": gen, "device": x.device, "dtype": work_dtype}
+        delta = (2.0 * torch.rand((*batch, 1, d), **kw) - 1.0) * shift
+        eps = (2.0 * torch.rand((*batch, n, d), **kw) - 1.0) * local
+        log_lam = (2.0 * torch.rand((*batch, 1, 1), **kw) - 1.0) * math.log(scaling)
+        x = (x + delta + eps * step) * torch.exp(log_lam)
+    if keep is not None:
+        x = torch.where(keep, x, positions.to(work_dtype))
+    return x
+
+
+def grid_spacing(
+    positions: torch.Tensor, key_padding_mask: torch.Tensor | None = None, *, single: float = 2.0
+) -> torch.Tensor:
+    """Per sample and axis, the smallest gap between distinct coordinates: ``(..., N, D) -> (..., 1, D)``.
+
+    For a regular grid this is its spacing (``2 / n`` for ``n`` patch centres on
+    ``[-1, 1]``). An axis with a single distinct value gets ``single`` (2: one
+    patch spans ``[-1, 1]``). Gaps below ``1e-6`` of the axis' extent count as equal
+    coordinates; padded tokens are ignored.
+    """
+    check_tensor("positions", positions)
+    if positions.dim() < 2:
+        raise ValueError(f"positions must have shape (..., N, D), got {tuple(positions.shape)}")
+    check_floating("positions", positions)
+    x = positions.to(torch.promote_types(positions.dtype, torch.float32))
+    if key_padding_mask is not None:
+        check_key_padding_mask(key_padding_mask, tuple(positions.shape[:-1]))
+        x = torch.where(key_padding_mask[..., None], torch.full_like(x, math.inf), x)
+    s = x.sort(dim=-2).values
+    gaps = s.diff(dim=-2)  # inf - finite = inf, inf - inf = nan: both rejected below
+    finite = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    extent = finite.amax(dim=-2, keepdim=True) - finite.amin(dim=-2, keepdim=True)
+    tol = 1e-6 * extent
+    gaps = torch.where(torch.isfinite(gaps) & (gaps > tol), gaps, torch.full_like(gaps, math.inf))
+    out = gaps.amin(dim=-2, keepdim=True) if gaps.shape[-2] else torch.full_like(x[..., :1, :], math.inf)
+    return torch.where(torch.isfinite(out), out, torch.full_like(out, float(single)))

@@ -6,8 +6,9 @@ and output projections on ``(batch, n, embed_dim)``.
 
 Options: ``rpe`` = ``"table"`` (per-head learned bias ``b_t`` for ``|t| <= max_distance``;
 farther offsets share the edge value so any length works at inference), ``"decay"``
-(sum of exponential decays, computed by recurrences, :mod:`posenc.attention.decay`)
-or ``"none"``; ``normalize_qk`` (unit-length q and k, no ``1/sqrt d``, as in the
+(sum of exponential decays, computed by recurrences, :mod:`posenc.attention.decay`),
+``"alibi"`` (Press et al.'s fixed slopes, ``exp(-m_h |t|)``, the one-term decay; see
+:mod:`posenc.attention.alibi` for how it differs from softmax ALiBi) or ``"none"``; ``normalize_qk`` (unit-length q and k, no ``1/sqrt d``, as in the
 paper) or Performer scaling ``d^{-1/4}``; ``mode="softmax"`` computes the exact
 softmax attention with the same bias (the reference of the experiments).
 """
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import check_choice, check_finite, check_positive_float, check_positive_int
+from posenc.attention.alibi import alibi_kernelized_attention, alibi_slopes
 from posenc.attention.decay import decay_coeffs, decay_kernelized_attention
 from posenc.attention.features import PositiveRandomFeatures, TrigRandomFeatures
 from posenc.attention.kernelized import (
@@ -34,7 +36,7 @@ from posenc.attention.kernelized import (
 )
 from posenc.attention.reference import softmax_rpe_attention
 
-RPE_KINDS = ("table", "decay", "none")
+RPE_KINDS = ("table", "decay", "alibi", "none")
 MODES = ("kernelized", "softmax")
 FEATURES = ("positive", "trig")
 
@@ -52,7 +54,7 @@ class KernelizedAttention(nn.Module):
         num_heads: H (one bias per head).
         head_dim: d of q and k.
         num_features: m random features (shared by all heads).
-        rpe: ``"table"``, ``"decay"`` or ``"none"``.
+        rpe: ``"table"``, ``"decay"``, ``"alibi"`` or ``"none"``.
         max_distance: largest distinct offset of the ``"table"`` bias.
         decay_terms: R exponential terms of the ``"decay"`` bias.
         normalize_qk: unit-length q and k with logit scale 1 (paper); else ``d^{-1/2}``.
@@ -117,6 +119,9 @@ class KernelizedAttention(nn.Module):
             if not causal:
                 self.future_logit = nn.Parameter(torch.empty(num_heads, decay_terms, **factory))
                 self.future_rate = nn.Parameter(torch.empty(num_heads, decay_terms, **factory))
+        elif self.rpe == "alibi":
+            self.register_buffer("slopes", alibi_slopes(num_heads, device=device, dtype=dtype or torch.float32),
+                                 persistent=False)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -146,6 +151,9 @@ class KernelizedAttention(nn.Module):
         if self.rpe == "decay":
             a, lam, fut = self._decay_params()
             return torch.log(decay_coeffs(a, lam, n_q, n_k, fut).clamp_min(1e-30))
+        if self.rpe == "alibi":
+            t = torch.arange(-(n_q - 1), n_k, device=self.slopes.device, dtype=self.slopes.dtype)
+            return -self.slopes[:, None] * t.abs()
         raise ValueError("rpe='none' has no bias")
 
     def _decay_params(self):
@@ -189,6 +197,11 @@ class KernelizedAttention(nn.Module):
             if self.causal:
                 fut = None
             return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask)
+        if self.rpe == "alibi":
+            if n_q != n_k:
+                raise ValueError(f"rpe='alibi' needs n_q == n_k (self-attention), got {n_q} and {n_k}")
+            return alibi_kernelized_attention(phi_q, phi_k, v, self.slopes.to(v.dtype), causal=self.causal,
+                                              key_padding_mask=key_padding_mask)
         coeffs = None
         compute_dtype = None if self.compute_dtype == "auto" else self.compute_dtype
         if self.rpe == "table":

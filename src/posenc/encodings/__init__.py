@@ -35,6 +35,12 @@ from posenc.encodings.learnable import (  # noqa: E402
     learnable_fourier_features,
     resample_table,
 )
+from posenc.encodings.cape import (  # noqa: E402
+    PRESETS as CAPE_PRESETS,
+    CAPEEncoding,
+    cape_features,
+    cape_frequencies,
+)
 
 __all__ = [
     "Encoding",
@@ -63,4 +69,8 @@ __all__ = [
     "CoordinateMLPEncoding",
     "learnable_fourier_features",
     "resample_table",
+    "CAPEEncoding",
+    "CAPE_PRESETS",
+    "cape_features",
+    "cape_frequencies",
 ]

@@ -45,6 +45,7 @@ def register_encoding(name: str, **defaults: Any) -> Callable[[T], T]:
 def _ensure_loaded() -> None:
     # Importing the modules runs their @register_encoding decorators.
     import posenc.encodings.basis  # noqa: F401
+    import posenc.encodings.cape  # noqa: F401
     import posenc.encodings.fourier  # noqa: F401
     import posenc.encodings.learnable  # noqa: F401
     import posenc.encodings.sinusoidal  # noqa: F401

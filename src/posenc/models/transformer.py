@@ -171,7 +171,11 @@ class TransformerEncoder(nn.Module):
         if pos_features is None and self.encoding is not None:
             if positions is None:
                 raise ValueError("positions must be given when the model has an encoding")
-            pos_features = self.position_features(positions)
+            enc_positions = positions
+            if (getattr(self.encoding, "per_sample_positions", False) and self.encoding.training
+                    and positions.dim() == 2):  # one row per sample: per-sample augmentation (CAPE)
+                enc_positions = positions.expand(x.shape[0], *positions.shape)
+            pos_features = self.position_features(enc_positions)
         if pos_features is not None:
             if pos_features.shape[-2:] != x.shape[-2:]:
                 raise ValueError(

@@ -14,7 +14,10 @@ Patch positions are given to the encoding as one of:
 
 A :class:`~posenc.encodings.LearnedTableEncoding` is used through its
 ``table(grid)`` method, so a resolution change resamples the table (if the
-table allows it) instead of indexing out of range.
+table allows it) instead of indexing out of range. An encoding that augments
+positions per sample (``per_sample_positions``, e.g. CAPE) gets the patch grid
+expanded to one copy per image in training mode, so every image draws its own
+shift and scale; in evaluation mode the grid is shared.
 """
 
 from __future__ import annotations
@@ -118,20 +121,23 @@ class TinyViT(nn.Module):
         rows, cols = h // p, w // p
         enc = self.encoder.encoding
         pos_feats = None
-        pos = None
+        # patch positions always reach the attention (relative encodings such as 2D RoPE read them)
+        pos = patch_positions(rows, cols, self.positions_kind, device=x.device, dtype=x.dtype)
         if enc is not None:
             if hasattr(enc, "table"):
                 pos_feats = enc.table((rows, cols))
             else:
-                pos = patch_positions(rows, cols, self.positions_kind, device=x.device, dtype=x.dtype)
-                pos_feats = self.encoder.position_features(pos)
+                enc_pos = pos
+                if getattr(enc, "per_sample_positions", False) and enc.training:  # CAPE: one draw per image
+                    enc_pos = pos.expand(x.shape[0], *pos.shape)
+                pos_feats = self.encoder.position_features(enc_pos)
         x = self.encoder.embed(x)
         if pos_feats is not None:
             x = x + pos_feats.to(x.dtype)
         if self.cls is not None:
             x = torch.cat((self.cls.expand(x.shape[0], -1, -1).to(x.dtype), x), dim=1)
-            if pos is not None:  # the CLS token sits at no position; attentions that use positions get a zero one
-                pos = torch.cat((pos.new_zeros(1, pos.shape[-1]), pos), dim=0)
+            # the CLS token sits at no position; attentions that use positions get a zero one
+            pos = torch.cat((pos.new_zeros(1, pos.shape[-1]), pos), dim=0)
         for block in self.encoder.blocks:
             x = block(x, pos)
         x = self.encoder.norm(x)

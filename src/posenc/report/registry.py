@@ -15,6 +15,7 @@ SECTIONS: dict[str, str] = {
     "lff": "posenc.report.lff:SECTION",
     "krpe": "posenc.report.krpe:SECTION",
     "gir": "posenc.report.gir:SECTION",
+    "relative": "posenc.report.relative:SECTION",
 }
 
 

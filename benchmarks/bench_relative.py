@@ -1,0 +1,187 @@
+"""Benchmarks for the relative encodings (area ``relative``).
+
+1. RoPE on q and k (batch 8, 8 heads, n = 4,096, d = 64, float32, forward) as a
+   ratio to the memory floor: copying q and k into preallocated outputs (one read
+   and one write of each). Both channel layouts, the functional form, and
+   rotary-embedding-torch on the same inputs when it is installed; timed
+   round-robin in one process so the ratios are side by side.
+2. Attention with a position bias, forward + backward, batch 1, 8 heads, d = 64,
+   n = 1k .. 16k, each case in a fresh process (peak memory): plain SDPA (no bias,
+   the fused kernel), SDPA + the fixed ALiBi bias, SDPA + a learned T5 bias, SDPA +
+   a learned clipped-offset bias; FlexAttention with ALiBi's ``score_mod``
+   (forward only: torch has no CPU backward for it). Cases predicted above
+   ``MEMORY_LIMIT_MB`` are not run.
+3. ALiBi at long n: linear attention with ALiBi through the decay path
+   (:func:`posenc.attention.alibi_kernelized_attention`, m = 32 features) against
+   SDPA + ALiBi, forward + backward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import peak_rss_mb, timeit
+from benchmarks.isolated import run_isolated
+
+HEADS, HEAD_DIM = 8, 64
+MEMORY_LIMIT_MB = 9000.0
+
+
+# ------------------------------------------------------------------ 1. RoPE vs the memory floor
+def bench_rope(batch: int, heads: int, n: int, d: int, repeat: int) -> dict:
+    import time
+
+    from posenc.attention.rotary import RotaryEmbedding, apply_rope
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(batch, heads, n, d, generator=g), torch.randn(batch, heads, n, d, generator=g)
+    oq, ok = torch.empty_like(q), torch.empty_like(k)
+    half, inter = RotaryEmbedding(d), RotaryEmbedding(d, layout="interleaved")
+    cases = {
+        "floor (copy q, k)": lambda: (oq.copy_(q), ok.copy_(k)),
+        "posenc RotaryEmbedding, half-split": lambda: half(q, k),
+        "posenc RotaryEmbedding, interleaved": lambda: inter(q, k),
+        "posenc apply_rope (functional), half-split": lambda: (apply_rope(q), apply_rope(k)),
+    }
+    try:
+        import rotary_embedding_torch as ret
+
+        theirs = ret.RotaryEmbedding(dim=d)
+        cases["rotary-embedding-torch (interleaved)"] = lambda: (
+            theirs.rotate_queries_or_keys(q), theirs.rotate_queries_or_keys(k))
+    except ImportError:  # pragma: no cover - the test extra installs it
+        pass
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):  # round-robin: every case sees the same machine state
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    floor = min(times["floor (copy q, k)"])
+    return {
+        "shape": {"batch": batch, "heads": heads, "n": n, "d": d}, "threads": 1,
+        "bytes_moved_floor": 4 * q.numel() * q.element_size(),
+        "cases": {name: {"min_s": min(ts), "ratio_to_floor": min(ts) / floor} for name, ts in times.items()},
+        "target_ratio": 2.0,
+    }
+
+
+# ------------------------------------------------------------------ 2. bias attention
+def _predicted_mb(kind: str, n: int, heads: int) -> float:
+    if kind in ("sdpa", "flex_alibi_fwd", "decay_alibi"):
+        return 0.0
+    # the bias (H n^2) plus the attention probabilities kept for backward, float32, about 3 copies
+    return 3 * heads * n * n * 4 / 2**20
+
+
+def attention_case(kind: str, n: int, heads: int = HEADS, d: int = HEAD_DIM, repeat: int = 3) -> dict:
+    """One timed case (run in a fresh process by :func:`run_isolated`)."""
+    from posenc.attention import RelativePositionBias, alibi_bias, alibi_kernelized_attention, alibi_slopes
+    from posenc.attention.features import PositiveRandomFeatures
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, d, generator=g).requires_grad_(True) for _ in range(3))
+    slopes = alibi_slopes(heads)
+    if kind == "flex_alibi_fwd":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        from posenc.attention import alibi_score_mod
+
+        flex = torch.compile(flex_attention, dynamic=False)
+        mod = alibi_score_mod(slopes)
+
+        qd, kd, vd = q.detach(), k.detach(), v.detach()
+
+        def step() -> None:
+            flex(qd, kd, vd, score_mod=mod)
+    elif kind == "decay_alibi":
+        feats = PositiveRandomFeatures(d, 32, seed=0)
+
+        def step() -> None:
+            qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            out = alibi_kernelized_attention(feats(qn), feats(kn), v, slopes, causal=True)
+            out.sum().backward()
+    else:
+        table = None
+        if kind in ("sdpa_t5", "sdpa_learned"):
+            table = RelativePositionBias(heads, kind="t5" if kind == "sdpa_t5" else "clipped", max_distance=128)
+            with torch.no_grad():
+                table.table.normal_(0, 0.1, generator=g)
+
+        def step() -> None:
+            if kind == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            elif kind == "sdpa_alibi":
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_bias(slopes, n, causal=True))
+            else:
+                fut = torch.ones(n, n, dtype=torch.bool).triu(1)
+                bias = table(n).masked_fill(fut, float("-inf"))
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            out.sum().backward()
+    t = timeit(step, repeat=repeat, warmup=1)
+    return {"kind": kind, "n": n, "median_s": t["median_s"], "min_s": t["min_s"], "peak_rss_mb": peak_rss_mb()}
+
+
+KINDS = {
+    "sdpa": "SDPA, causal, no bias (fused kernel)",
+    "sdpa_alibi": "SDPA + ALiBi (fixed materialised bias)",
+    "sdpa_t5": "SDPA + learned T5 bias",
+    "sdpa_learned": "SDPA + learned clipped-offset bias",
+    "flex_alibi_fwd": "FlexAttention + ALiBi score_mod (compiled, forward only)",
+    "decay_alibi": "kernelized ALiBi, decay path (m = 32)",
+}
+
+
+def bench_bias(lengths: list[int], kinds: list[str], repeat: int) -> dict:
+    rows = []
+    for n in lengths:
+        for kind in kinds:
+            pred = _predicted_mb(kind, n, HEADS)
+            if pred > MEMORY_LIMIT_MB:
+                rows.append({"kind": kind, "n": n, "skipped": f"predicted {pred:.0f} MB > {MEMORY_LIMIT_MB:.0f} MB"})
+                continue
+            res = run_isolated("bench_relative", "attention_case", kind=kind, n=n, repeat=repeat)
+            rows.append({"kind": kind, "n": n, **res})
+    return {"heads": HEADS, "head_dim": HEAD_DIM, "batch": 1, "threads": 1, "rows": rows, "labels": KINDS}
+
+
+def crossover(rows: list[dict], fast: str, slow: str) -> float | None:
+    """Length from which ``fast`` beats ``slow`` (log-log interpolation between measured lengths)."""
+    t = {}
+    for r in rows:
+        if "median_s" in r:
+            t.setdefault(r["kind"], {})[r["n"]] = r["median_s"]
+    common = sorted(set(t.get(fast, {})) & set(t.get(slow, {})))
+    for a, b in zip(common, common[1:]):
+        ra, rb = t[fast][a] / t[slow][a], t[fast][b] / t[slow][b]
+        if ra >= 1.0 > rb:
+            f = math.log(ra) / (math.log(ra) - math.log(rb))
+            return math.exp(math.log(a) + f * (math.log(b) - math.log(a)))
+    if common and t[fast][common[0]] < t[slow][common[0]]:
+        return float(common[0])
+    return None
+
+
+def run(quick: bool = False) -> dict:
+    rope = bench_rope(2 if quick else 8, HEADS, 512 if quick else 4096, HEAD_DIM, repeat=3 if quick else 9)
+    lengths = [256, 512] if quick else [1024, 2048, 4096, 8192, 16384]
+    bias = bench_bias(lengths, list(KINDS), repeat=1 if quick else 3)
+    long_n = [1024] if quick else [32768, 65536]
+    decay = bench_bias(long_n, ["sdpa", "decay_alibi"], repeat=1 if quick else 2)
+    rows = bias["rows"] + decay["rows"]
+    return {
+        "rope": rope,
+        "bias": bias,
+        "long": decay,
+        "crossovers": {
+            "decay_alibi_vs_sdpa_alibi": crossover(rows, "decay_alibi", "sdpa_alibi"),
+            "decay_alibi_vs_sdpa_no_bias": crossover(rows, "decay_alibi", "sdpa"),
+        },
+    }

@@ -1,0 +1,153 @@
+"""ALiBi: attention with linear biases (Press, Smith, Lewis, "Train Short, Test Long", ICLR 2022).
+
+Head ``h`` adds ``-m_h |i - j|`` to the logit of query ``i`` and key ``j`` (causal
+models only see ``j <= i``, where this is ``-m_h (i - j)``). The slopes are a
+geometric sequence: for ``H`` a power of two, ``m_h = 2 ** (-8 h / H)``,
+``h = 1..H``; otherwise the paper takes the ``2**floor(log2 H)`` slopes of the
+nearest lower power of two, ``p = 2 ** floor(log2 H)``, and adds every other slope
+of the next power of two, ``2 ** (-4 h / p)`` for ``h = 1, 3, 5, ...``, until there are ``H``.
+
+Three ways to use it, all computing the same function:
+
+* :func:`alibi_bias` — an explicit ``(H, n_q, n_k)`` bias for ``scaled_dot_product_attention``
+  (O(n²) memory; a fixed bias keeps SDPA's math path);
+* :func:`alibi_score_mod` — a ``score_mod`` for ``torch.nn.attention.flex_attention``
+  (no bias tensor);
+* :func:`alibi_kernelized_attention` — in linear (random-feature) attention:
+  ``exp(b_t) = exp(-m |t|)`` is a one-term decay, which posenc computes by the
+  chunkwise recurrence of :mod:`posenc.attention.decay` in O(n) time, with
+  O(1)-per-token decoding (:func:`alibi_decoder`).
+
+**Where the kernelized form differs from softmax ALiBi.** Softmax ALiBi is
+``softmax(q.k / sqrt(d) - m|i-j|)``. The kernelized form replaces
+``exp(q.k / sqrt(d))`` by a random-feature estimate ``phi(q).phi(k)`` (Performer's
+FAVOR+) and keeps the multiplicative ``exp(-m|i-j|)`` exactly, so (1) it is
+exact in expectation only for each term of numerator and denominator, not for
+their ratio; (2) its error grows with ``|q| |k|`` (unit-normalised q/k, as in
+Luo et al., keep it small); (3) with unit-normalised q/k and logit scale 1 it
+is a different model from softmax ALiBi with ``1/sqrt(d)``, to be trained as
+such, not a drop-in for softmax ALiBi weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from posenc._checks import check_positive_int, check_tensor
+from posenc.attention.decay import DecayDecoder, decay_kernelized_attention
+
+
+def alibi_slopes(num_heads: int, *, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The ``(num_heads,)`` ALiBi slopes of Press et al. (any head count)."""
+    check_positive_int("num_heads", num_heads)
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    p = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = power_of_two(p)
+    if p < num_heads:
+        slopes += power_of_two(2 * p)[0::2][: num_heads - p]
+    return torch.tensor(slopes, device=device, dtype=torch.float64).to(dtype)
+
+
+def _check_slopes(slopes: torch.Tensor) -> torch.Tensor:
+    check_tensor("slopes", slopes)
+    if slopes.dim() != 1 or slopes.numel() == 0:
+        raise ValueError(f"slopes must have shape (num_heads,), got {tuple(slopes.shape)}")
+    if not bool(torch.isfinite(slopes).all()) or bool((slopes < 0).any()):
+        raise ValueError("slopes must be finite and >= 0")
+    return slopes
+
+
+def relative_distance(n_q: int, n_k: int, *, q_offset: int | None = None, device=None) -> torch.Tensor:
+    """``j - i`` for query ``i`` and key ``j``: ``(n_q, n_k)`` int64.
+
+    Query ``i`` sits at position ``i + q_offset``; the default offset ``n_k - n_q``
+    aligns the last query with the last key (decoding with a cache).
+    """
+    check_positive_int("n_q", n_q)
+    check_positive_int("n_k", n_k)
+    off = n_k - n_q if q_offset is None else int(q_offset)
+    qi = torch.arange(n_q, device=device) + off
+    kj = torch.arange(n_k, device=device)
+    return kj[None, :] - qi[:, None]
+
+
+def alibi_bias(
+    slopes: torch.Tensor, n_q: int, n_k: int | None = None, *, causal: bool = False,
+    q_offset: int | None = None, dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The ALiBi bias ``-m_h |j - i|``: ``(H, n_q, n_k)``; ``causal`` adds ``-inf`` where ``j > i``.
+
+    Args:
+        slopes: ``(H,)`` from :func:`alibi_slopes`.
+        n_q, n_k: query and key lengths (``n_k`` defaults to ``n_q``).
+        causal: mask future keys with ``-inf`` (then the bias equals ``-m (i - j)``).
+        q_offset: position of query 0 (see :func:`relative_distance`).
+        dtype: of the result (default the slopes' dtype).
+    """
+    _check_slopes(slopes)
+    n_k = n_q if n_k is None else n_k
+    rel = relative_distance(n_q, n_k, q_offset=q_offset, device=slopes.device)
+    bias = -slopes[:, None, None].to(torch.float64) * rel.abs().to(torch.float64)
+    if causal:
+        bias = bias.masked_fill(rel[None] > 0, float("-inf"))
+    return bias.to(dtype or slopes.dtype)
+
+
+def alibi_score_mod(slopes: torch.Tensor, *, causal: bool = False):
+    """A FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)`` adding ``-m_h |q_idx - kv_idx|``.
+
+    For ``causal=True`` the future is set to ``-inf`` here too (prefer a ``block_mask``
+    with ``causal_mask`` for speed).
+    """
+    _check_slopes(slopes)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        dist = (q_idx - kv_idx).abs()
+        out = score - slopes[h].to(score.dtype) * dist.to(score.dtype)
+        if causal:
+            out = torch.where(kv_idx > q_idx, torch.full_like(out, float("-inf")), out)
+        return out
+
+    return score_mod
+
+
+def alibi_decay_terms(slopes: torch.Tensor, *, causal: bool = False):
+    """ALiBi as decay terms of :func:`posenc.attention.decay.decay_kernelized_attention`.
+
+    Returns ``(amplitudes (H, 1), rates (H, 1), future)``: ``c_t = exp(-m |t|)`` is one term with
+    amplitude 1 and rate ``m``; ``future`` is the same pair (non-causal) or None.
+    """
+    _check_slopes(slopes)
+    a = torch.ones(slopes.shape[0], 1, device=slopes.device, dtype=slopes.dtype)
+    lam = slopes[:, None]
+    return a, lam, (None if causal else (a, lam))
+
+
+def alibi_kernelized_attention(
+    phi_q: torch.Tensor,
+    phi_k: torch.Tensor,
+    v: torch.Tensor,
+    slopes: torch.Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Linear attention with ALiBi, ``z_i = sum_j e^{-m|i-j|} (phi_q_i . phi_k_j) v_j / sum_j (...)``.
+
+    ``phi_q, phi_k (B, H, n, m)``, ``v (B, H, n, d)`` -> ``(B, H, n, d)`` in O(n) time
+    (chunkwise decay recurrence, exact for this bias). See the module docstring for
+    how this differs from softmax ALiBi.
+    """
+    a, lam, fut = alibi_decay_terms(slopes.to(v.dtype), causal=causal)
+    return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask)
+
+
+def alibi_decoder(slopes: torch.Tensor, batch: int, num_features: int, head_dim: int) -> DecayDecoder:
+    """A step-by-step causal decoder for kernelized ALiBi, ``O(H m d)`` per token."""
+    a, lam, _ = alibi_decay_terms(slopes, causal=True)
+    return DecayDecoder(a, lam, batch, num_features, head_dim)

@@ -1,0 +1,464 @@
+"""Rotary position embeddings (RoPE; Su et al., "RoFormer", arXiv 2104.09864) and xPos.
+
+RoPE rotates each pair of query/key channels by an angle proportional to the
+token's position, ``p * theta_i`` with ``theta_i = base ** (-2 i / r)`` for the
+``r / 2`` pairs of the ``r = rotary_dim`` rotated channels (Eq. 15 of the paper).
+Because rotations compose, ``<R(m) q, R(n) k> = <q, R(n - m) k>``: the attention
+logit depends on the positions only through their difference.
+
+Two channel layouts are in use and checkpoints are not interchangeable:
+
+* ``"interleaved"``: pair ``i`` is channels ``(2i, 2i + 1)`` (RoFormer, GPT-J,
+  Meta's original LLaMA code, rotary-embedding-torch's default);
+* ``"half"``: pair ``i`` is channels ``(i, i + r/2)`` (GPT-NeoX and most
+  Hugging Face ports of LLaMA).
+
+They differ by a fixed permutation of channels: :func:`layout_permutation`
+gives it, and :func:`convert_rope_layout` applies it to the rows of a q/k
+projection so a checkpoint trained in one layout runs in the other with the
+same outputs.
+
+xPos (Sun et al., "A Length-Extrapolatable Transformer", 2022) multiplies pair
+``i`` of the query at position ``m`` by ``zeta_i ** (m / scale_base)`` and of the
+key at ``n`` by ``zeta_i ** (-n / scale_base)``, ``zeta_i = (2i/r + gamma) / (1 + gamma)``,
+so the logit gains the factor ``zeta_i ** ((m - n) / scale_base)``, which decays
+with distance; it stays relative. The exponent is taken relative to
+``xpos_center`` (default 0), which cancels in every logit and keeps the scales
+in floating-point range for long sequences.
+
+Precision: angles are computed in float64 and only the cosines and sines are
+cast to the compute dtype (at least float32), so position 100,000 is rotated as
+accurately as position 10 (``p * theta`` in float32 loses ~1e-2 rad there).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posenc._checks import _compiling, check_choice, check_finite, check_positive_float, check_positive_int, check_tensor
+from posenc.encodings.base import compute_dtype
+
+LAYOUTS = ("half", "interleaved")
+
+
+def check_rotary_dim(head_dim: int, rotary_dim: int | None) -> int:
+    """The number of rotated channels: ``rotary_dim`` (default ``head_dim``), even and ``<= head_dim``."""
+    r = head_dim if rotary_dim is None else check_positive_int("rotary_dim", rotary_dim)
+    if r > head_dim:
+        raise ValueError(f"rotary_dim must be <= the head dim {head_dim}, got {r}")
+    if r % 2:
+        what = "rotary_dim" if rotary_dim is not None else "the head dim (last dim of q/k)"
+        raise ValueError(f"{what} must be even (channels are rotated in pairs), got {r}")
+    return r
+
+
+def rope_frequencies(
+    rotary_dim: int, base: float = 10000.0, *, device=None, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """``theta_i = base ** (-2 i / rotary_dim)`` for ``i = 0 .. rotary_dim/2 - 1``: ``(rotary_dim/2,)``."""
+    check_positive_int("rotary_dim", rotary_dim)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even (channels are rotated in pairs), got {rotary_dim}")
+    base = check_positive_float("base", base)
+    if base <= 1.0:
+        raise ValueError(f"base must be > 1, got {base}")
+    i = torch.arange(rotary_dim // 2, device=device, dtype=torch.float64)
+    return (base ** (-2.0 * i / rotary_dim)).to(dtype)
+
+
+def check_positions(positions: torch.Tensor, name: str = "positions") -> torch.Tensor:
+    """A real (integer or floating), finite position tensor."""
+    check_tensor(name, positions)
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"{name} must be a real integer or floating tensor, got dtype {positions.dtype}")
+    check_finite(name, positions)
+    return positions
+
+
+def rope_angles(positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """``positions (...) x freqs (K,) -> angles (..., K)`` in float64 (``p * theta_k``)."""
+    return positions.to(torch.float64)[..., None] * freqs.to(device=positions.device, dtype=torch.float64)
+
+
+def _rotate_functional(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Plain tensor expressions (differentiable in every argument; what torch.compile fuses)."""
+    K = cos.shape[-1]
+    r = 2 * K
+    xr, rest = x[..., :r], x[..., r:]
+    if layout == "half":
+        x1, x2 = xr[..., :K], xr[..., K:]
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    else:
+        pairs = xr.unflatten(-1, (K, 2))
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
+
+
+def _complex_ok(t: torch.Tensor) -> bool:
+    return t.stride(-1) == 1 and all(st % 2 == 0 for st in t.stride()[:-1]) and t.storage_offset() % 2 == 0
+
+
+def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                 out: torch.Tensor) -> torch.Tensor:
+    """Write the rotation of ``x`` into ``out`` with few passes over memory (no autograd).
+
+    Interleaved pairs are one complex multiplication (read ``x`` once, write ``out`` once);
+    half-split pairs are two multiply-adds per half.
+    """
+    K = cos.shape[-1]
+    r = 2 * K
+    if layout == "interleaved" and x.dtype in (torch.float32, torch.float64) and _complex_ok(x) and _complex_ok(out):
+        xc = torch.view_as_complex(x[..., :r].unflatten(-1, (K, 2)))
+        oc = torch.view_as_complex(out[..., :r].unflatten(-1, (K, 2)))
+        torch.mul(xc, torch.complex(cos, sin), out=oc)
+    elif layout == "interleaved":
+        out[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
+    else:
+        x1, x2 = x[..., :K], x[..., K:r]
+        o1, o2 = out[..., :K], out[..., K:r]
+        torch.mul(x1, cos, out=o1)
+        o1.addcmul_(x2, sin, value=-1.0)
+        torch.mul(x2, cos, out=o2)
+        o2.addcmul_(x1, sin)
+    if r < x.shape[-1]:
+        out[..., r:].copy_(x[..., r:])
+    return out
+
+
+class _Rotate(torch.autograd.Function):
+    """Rotation by fixed angles; backward rotates the gradient back (``R^T = R(-angle)``)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, layout):  # type: ignore[override]
+        ctx.save_for_backward(cos, sin)
+        ctx.layout = layout
+        return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        cos, sin = ctx.saved_tensors
+        return _rotate_into(grad, cos, -sin, ctx.layout, torch.empty_like(grad)), None, None, None
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Rotate the first ``2 K`` channels of ``x (..., d)`` by ``cos, sin (..., K)``; the rest pass through.
+
+    ``cos``/``sin`` must broadcast to ``x[..., :K]``. Fast kernels write the result in
+    place of a fresh tensor; when the angles need gradients, or under ``torch.compile``
+    (which fuses the plain expressions itself), the plain expressions are used.
+    """
+    if _compiling() or cos.requires_grad or sin.requires_grad:
+        return _rotate_functional(x, cos, sin, layout)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotate.apply(x, cos, sin, layout)
+    return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
+
+
+def rotate(x: torch.Tensor, angles: torch.Tensor, layout: str = "half", scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate channel pairs of ``x (..., n, d)`` by ``angles`` (broadcastable to ``(..., n, K)``, ``2K <= d``).
+
+    The low-level primitive under :func:`apply_rope` and the N-D variants: angles
+    may come from any position map (1D, axial, mixed). ``scale`` (same shape as
+    ``angles``) multiplies each rotated pair (xPos, YaRN's temperature). Computed
+    in at least float32 and cast back to ``x.dtype``.
+    """
+    check_choice("layout", layout, LAYOUTS)
+    if 2 * angles.shape[-1] > x.shape[-1]:
+        raise ValueError(f"angles cover {2 * angles.shape[-1]} channels but x has only {x.shape[-1]}")
+    dt = compute_dtype(x.dtype)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    if scale is not None:
+        cos, sin = cos * scale, sin * scale
+    return _rotate(x.to(dt), cos.to(dt), sin.to(dt), layout).to(x.dtype)
+
+
+def _default_positions(positions: torch.Tensor | None, n: int, device) -> torch.Tensor:
+    if positions is None:
+        return torch.arange(n, device=device)
+    return check_positions(positions)
+
+
+def _check_x(name: str, x: torch.Tensor) -> None:
+    check_tensor(name, x)
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have shape (..., n, d), got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def _check_broadcast(name: str, positions: torch.Tensor, lead: torch.Size) -> None:
+    try:
+        shape = torch.broadcast_shapes(positions.shape, lead)
+    except RuntimeError:
+        shape = None
+    if shape != lead:
+        raise ValueError(
+            f"{name} must broadcast to the input's leading shape {tuple(lead)} (one position per token), "
+            f"got {tuple(positions.shape)}; for per-sample positions of (B, H, n, d) inputs pass (B, 1, n)"
+        )
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    layout: str = "half",
+    freqs: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rotate ``x (..., n, d)`` by its positions: ``(..., n, d) -> (..., n, d)``.
+
+    Args:
+        x: queries or keys, any leading dims (e.g. ``(B, H, n, d)``).
+        positions: integer or continuous positions broadcastable to ``x.shape[:-1]``
+            (``(n,)``, or ``(B, 1, n)`` per sample for ``(B, H, n, d)``); default ``0..n-1``.
+        base: the wavelength base of ``theta_i`` (10000 in RoFormer).
+        rotary_dim: rotate only the first ``rotary_dim`` channels (even, ``<= d``;
+            default all); the rest pass through unchanged.
+        layout: ``"half"`` or ``"interleaved"`` pairs (see the module docstring).
+        freqs: explicit ``(rotary_dim / 2,)`` frequencies (e.g. from
+            :mod:`posenc.attention.rope_scaling`); overrides ``base``.
+    """
+    _check_x("x", x)
+    check_choice("layout", layout, LAYOUTS)
+    if freqs is None:
+        r = check_rotary_dim(x.shape[-1], rotary_dim)
+        freqs = rope_frequencies(r, base, device=x.device)
+    else:
+        check_tensor("freqs", freqs)
+        if freqs.dim() != 1 or 2 * freqs.shape[0] > x.shape[-1]:
+            raise ValueError(f"freqs must have shape (K,) with 2K <= {x.shape[-1]}, got {tuple(freqs.shape)}")
+        check_finite("freqs", freqs)
+    pos = _default_positions(positions, x.shape[-2], x.device)
+    _check_broadcast("positions", pos, x.shape[:-1])
+    return rotate(x, rope_angles(pos, freqs), layout)
+
+
+def xpos_scales(
+    positions: torch.Tensor, rotary_dim: int, *, scale_base: float = 512.0, gamma: float = 0.4, center: float = 0.0
+) -> torch.Tensor:
+    """xPos factors ``zeta_i ** ((p - center) / scale_base)``: ``(...) -> (..., rotary_dim/2)`` in float64.
+
+    Queries use these factors, keys their reciprocals (``scale_base`` negated).
+    """
+    check_positive_float("scale_base", scale_base)
+    check_positive_float("gamma", gamma)
+    i = torch.arange(rotary_dim // 2, device=positions.device, dtype=torch.float64)
+    zeta = (2.0 * i / rotary_dim + gamma) / (1.0 + gamma)
+    expo = (positions.to(torch.float64)[..., None] - center) / scale_base
+    return torch.exp(expo * torch.log(zeta))
+
+
+def apply_rope_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_positions: torch.Tensor | None = None,
+    k_positions: torch.Tensor | None = None,
+    *,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    layout: str = "half",
+    freqs: torch.Tensor | None = None,
+    position_scale: float = 1.0,
+    attention_factor: float = 1.0,
+    xpos_scale_base: float | None = None,
+    xpos_gamma: float = 0.4,
+    xpos_center: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate queries and keys: ``q (..., n_q, d), k (..., n_k, d) -> (q', k')``.
+
+    Args:
+        q, k: with the same head dim ``d``.
+        q_positions, k_positions: as in :func:`apply_rope` (default ``0..n-1``; when
+            only ``q_positions`` is given and ``n_q == n_k`` the keys use it too).
+        base, rotary_dim, layout, freqs: as in :func:`apply_rope`.
+        position_scale: positions are multiplied by this (linear position
+            interpolation uses ``trained / target`` length).
+        attention_factor: multiplies both q and k's rotated channels (YaRN's
+            ``sqrt(1/t)``); the logits scale by its square.
+        xpos_scale_base: enable xPos with this scale base (512 in the paper); None = plain RoPE.
+        xpos_gamma, xpos_center: xPos's ``gamma`` (0.4) and the position the exponent is
+            measured from (cancels in every logit).
+    """
+    _check_x("q", q)
+    _check_x("k", k)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head dim, got {q.shape[-1]} and {k.shape[-1]}")
+    check_choice("layout", layout, LAYOUTS)
+    check_positive_float("position_scale", position_scale)
+    check_positive_float("attention_factor", attention_factor)
+    if freqs is None:
+        freqs = rope_frequencies(check_rotary_dim(q.shape[-1], rotary_dim), base, device=q.device)
+    elif freqs.dim() != 1 or 2 * freqs.shape[0] > q.shape[-1]:
+        raise ValueError(f"freqs must have shape (K,) with 2K <= {q.shape[-1]}, got {tuple(freqs.shape)}")
+    if k_positions is None and q_positions is not None and q.shape[-2] == k.shape[-2]:
+        k_positions = q_positions
+    pq = _default_positions(q_positions, q.shape[-2], q.device)
+    pk = _default_positions(k_positions, k.shape[-2], k.device)
+    _check_broadcast("q_positions", pq, q.shape[:-1])
+    _check_broadcast("k_positions", pk, k.shape[:-1])
+    aq = rope_angles(pq, freqs) * position_scale
+    ak = rope_angles(pk, freqs) * position_scale
+    sq = sk = None
+    if xpos_scale_base is not None:
+        r = 2 * freqs.shape[0]
+        sq = xpos_scales(pq, r, scale_base=xpos_scale_base, gamma=xpos_gamma, center=xpos_center)
+        sk = xpos_scales(pk, r, scale_base=xpos_scale_base, gamma=xpos_gamma, center=xpos_center).reciprocal()
+    if attention_factor != 1.0:
+        sq = torch.full_like(aq, attention_factor) if sq is None else sq * attention_factor
+        sk = torch.full_like(ak, attention_factor) if sk is None else sk * attention_factor
+    return rotate(q, aq, layout, sq), rotate(k, ak, layout, sk)
+
+
+def layout_permutation(rotary_dim: int, source: str = "interleaved", target: str = "half") -> torch.Tensor:
+    """Channel index ``perm`` with ``x_target = x_source[..., perm]`` (first ``rotary_dim`` channels).
+
+    Interleaved pair ``i`` is channels ``(2i, 2i+1)``; half-split pair ``i`` is
+    ``(i, i + r/2)``. So interleaved -> half is ``[0, 2, 4, ..., 1, 3, 5, ...]``.
+    Applying RoPE commutes with the permutation: ``rope_half(x[perm]) == rope_inter(x)[perm]``.
+    """
+    check_choice("source", source, LAYOUTS)
+    check_choice("target", target, LAYOUTS)
+    r = check_positive_int("rotary_dim", rotary_dim)
+    if r % 2:
+        raise ValueError(f"rotary_dim must be even, got {r}")
+    ident = torch.arange(r)
+    if source == target:
+        return ident
+    to_half = torch.cat((ident[0::2], ident[1::2]))
+    return to_half if target == "half" else torch.argsort(to_half)
+
+
+def convert_rope_layout(
+    weight: torch.Tensor, num_heads: int, *, source: str = "interleaved", target: str = "half",
+    rotary_dim: int | None = None,
+) -> torch.Tensor:
+    """Permute the output rows of a q or k projection between RoPE layouts.
+
+    Args:
+        weight: ``(num_heads * head_dim, ...)`` (a Linear weight or bias).
+        num_heads: heads in the projection.
+        source, target: layouts; rows of every head are permuted the same way.
+        rotary_dim: rotated channels per head (default the head dim); the rest keep their place.
+
+    Returns:
+        The permuted copy: ``rope_target(W_new x) == permute(rope_source(W x))``, so
+        ``q . k`` — and hence attention — is unchanged.
+    """
+    check_tensor("weight", weight)
+    check_positive_int("num_heads", num_heads)
+    if weight.dim() == 0 or weight.shape[0] % num_heads:
+        raise ValueError(f"weight's first dim must be num_heads * head_dim, got {tuple(weight.shape)} for {num_heads} heads")
+    hd = weight.shape[0] // num_heads
+    r = check_rotary_dim(hd, rotary_dim)
+    perm = torch.cat((layout_permutation(r, source, target), torch.arange(r, hd)))
+    w = weight.unflatten(0, (num_heads, hd))
+    return w[:, perm.to(weight.device)].flatten(0, 1).clone()
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE (optionally xPos) for queries and keys, with cached cosines and sines.
+
+    ``q (..., n_q, d), k (..., n_k, d) -> (q', k')``. For integer positions
+    ``0..n-1`` (the common case) the cos/sin table is cached and grows on demand;
+    explicit or continuous positions are computed directly.
+
+    Args:
+        head_dim: ``d`` of q and k.
+        rotary_dim: rotated channels (even, ``<= head_dim``; default all).
+        base: wavelength base (10000).
+        layout: ``"half"`` or ``"interleaved"``.
+        xpos_scale_base: enable xPos (512 in Sun et al.); None = plain RoPE.
+        xpos_gamma: xPos's ``gamma`` (0.4).
+        scaling: a :class:`~posenc.attention.rope_scaling.RopeScaling` for context
+            extension (position interpolation, NTK, YaRN); change it later with
+            :meth:`set_scaling`.
+        device: of the cache.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        rotary_dim: int | None = None,
+        base: float = 10000.0,
+        layout: str = "half",
+        xpos_scale_base: float | None = None,
+        xpos_gamma: float = 0.4,
+        scaling=None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.rotary_dim = check_rotary_dim(head_dim, rotary_dim)
+        self.base = check_positive_float("base", base)
+        if self.base <= 1.0:
+            raise ValueError(f"base must be > 1, got {base}")
+        self.layout = check_choice("layout", layout, LAYOUTS)
+        self.xpos_scale_base = None if xpos_scale_base is None else check_positive_float("xpos_scale_base", xpos_scale_base)
+        self.xpos_gamma = check_positive_float("xpos_gamma", xpos_gamma)
+        self.register_buffer("_cos", torch.empty(0, self.rotary_dim // 2, device=device), persistent=False)
+        self.register_buffer("_sin", torch.empty(0, self.rotary_dim // 2, device=device), persistent=False)
+        self.scaling = None
+        self.set_scaling(scaling)
+
+    def set_scaling(self, scaling) -> None:
+        """Use ``scaling`` (a :class:`RopeScaling` or None) from now on; clears the cache."""
+        from posenc.attention.rope_scaling import RopeScaling
+
+        if scaling is not None and not isinstance(scaling, RopeScaling):
+            raise TypeError(f"scaling must be a RopeScaling or None, got {type(scaling).__name__}")
+        self.scaling = scaling
+        if scaling is None:
+            freqs, self.position_scale, self.attention_factor = (
+                rope_frequencies(self.rotary_dim, self.base), 1.0, 1.0)
+        else:
+            freqs, self.position_scale, self.attention_factor = scaling.frequencies(self.rotary_dim, self.base)
+        self.freqs = freqs  # float64, on the CPU; moved per call (a few hundred numbers)
+        self._cos = self._cos.new_empty(0, self.rotary_dim // 2)
+        self._sin = self._sin.new_empty(0, self.rotary_dim // 2)
+
+    def _table(self, n: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos.shape[0] < n or self._cos.device != torch.device(device) or self._cos.dtype != dtype:
+            size = max(n, 2 * self._cos.shape[0])
+            ang = rope_angles(torch.arange(size, device=device), self.freqs) * self.position_scale
+            self._cos, self._sin = torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
+        return self._cos[:n], self._sin[:n]
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_x("q", q)
+        _check_x("k", k)
+        for name, t in (("q", q), ("k", k)):
+            if t.shape[-1] != self.head_dim:
+                raise ValueError(f"{name} must have head dim {self.head_dim} (last dim), got {t.shape[-1]}")
+        plain = (q_positions is None and k_positions is None and self.xpos_scale_base is None
+                 and self.attention_factor == 1.0)
+        if not plain:
+            return apply_rope_qk(
+                q, k, q_positions, k_positions, rotary_dim=self.rotary_dim, layout=self.layout,
+                freqs=self.freqs.to(q.device), position_scale=self.position_scale,
+                attention_factor=self.attention_factor, xpos_scale_base=self.xpos_scale_base,
+                xpos_gamma=self.xpos_gamma,
+            )
+        dt = compute_dtype(q.dtype)
+        cos, sin = self._table(max(q.shape[-2], k.shape[-2]), q.device, dt)
+        rq = _rotate(q.to(dt), cos[: q.shape[-2]], sin[: q.shape[-2]], self.layout).to(q.dtype)
+        rk = _rotate(k.to(dt), cos[: k.shape[-2]], sin[: k.shape[-2]], self.layout).to(k.dtype)
+        return rq, rk
+
+    def extra_repr(self) -> str:
+        s = f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, layout={self.layout!r}"
+        if self.xpos_scale_base is not None:
+            s += f", xpos_scale_base={self.xpos_scale_base:g}, xpos_gamma={self.xpos_gamma:g}"
+        if self.scaling is not None:
+            s += f", scaling={self.scaling}"
+        return s

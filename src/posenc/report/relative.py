@@ -1,0 +1,123 @@
+"""Report of the ``relative`` section: accuracy against test length, per task, and the claims."""
+
+from __future__ import annotations
+
+from posenc.experiments.relative import EXTENSIONS, TASKS, VARIANTS, plan, summarize
+from posenc.report.section import FigureSaver, Section
+from posenc.report.tables import fmt_diff, fmt_ms, markdown_table
+
+TASK_TEXT = {
+    "shift": "`shift` (relative, exact offset): output the token 2 places to the left",
+    "recent": "`recent` (relative, recency): output the most recent token from the lower half of the vocabulary",
+    "first": "`first` (absolute): output the token at position 1",
+}
+ORDER = VARIANTS[:6] + ("rope",) + tuple(f"rope+{k}" for k in EXTENSIONS) + VARIANTS[7:]
+CLAIM_TEXT = {
+    "alibi_extrapolates_beyond_rope": "ALiBi extrapolates where RoPE does not (accuracy beyond the training "
+                                      "length, ALiBi − RoPE)",
+    "extension_recovers_rope": "Position interpolation / NTK / YaRN recover RoPE beyond its training length "
+                               "(extended − plain RoPE, beyond the training length)",
+    "relative_beats_absolute_on_relative_tasks": "Relative encodings beat absolute ones on relative tasks "
+                                                 "(beyond the training length)",
+    "absolute_beats_relative_on_absolute_task": "Absolute encodings beat relative ones on the absolute task "
+                                                "(at the training length)",
+    "cape_matches_sinusoidal_at_train_length": "CAPE ≈ sinusoids at the training length (equivalence margin 0.02)",
+    "cape_degrades_less_than_sinusoidal": "CAPE degrades less than sinusoids away from the training length",
+    "cape_needs_global_shift": "Without the global shift, CAPE loses length transfer (CAPE − CAPE without shift)",
+    "scaling_hurts_exact_offsets": "Global scaling hurts exact-offset tasks (CAPE − CAPE with scaling, `shift`)",
+}
+
+
+def _colours(variants: list[str]) -> dict[str, object]:
+    """One fixed colour per variant (the same in every panel and every run of the section)."""
+    import matplotlib
+
+    strong = [matplotlib.colormaps["tab10"](i) for i in range(10)]
+    light = [matplotlib.colormaps["Dark2"](i) for i in range(8)]
+    palette = strong + light
+    return {v: palette[i % len(palette)] for i, v in enumerate(ORDER) if v in variants}
+
+
+def _figure(summary: dict, save_figure: FigureSaver) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in TASKS if t in summary["table"]]
+    variants = [v for v in ORDER if any(v in summary["table"][t] for t in tasks)]
+    colour = _colours(variants)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.8), squeeze=False, sharey=True)
+    for ax, task in zip(axes[0], tasks):
+        for v in variants:
+            row = summary["table"][task].get(v)
+            if row is None:
+                continue
+            ns = sorted(int(n) for n in row["accuracy"])
+            ys = [row["accuracy"][str(n)]["mean"] for n in ns]
+            style = "--" if v.startswith("rope+") else ":" if v in ("fft_rpe", "decay_rpe") else "-"
+            ax.plot(ns, ys, style, marker="o", ms=3, color=colour[v], label=v)
+        ax.axvline(summary["train_length"], color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
+        ax.set_title(task)
+        ax.set_xlabel("test length (tokens; grey: training length)")
+        ax.set_ylim(0, 1.02)
+    axes[0][0].set_ylabel("accuracy (mean over seeds)")
+    handles, labels = [], []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.tight_layout()
+    return f"![accuracy against test length]({save_figure('length', fig)})"
+
+
+def render(summary: dict, save_figure: FigureSaver) -> str:
+    L = summary["train_length"]
+    out = [
+        "Length extrapolation on the testbed (`posenc.models.TransformerEncoder`, 2 pre-LN layers, causal "
+        f"attention): trained on sequences of {L} tokens, tested without retraining at 1×, 2×, 4×, 8× (and "
+        "16× in the full profile). Absolute encodings are added to the token embeddings; relative ones act "
+        "inside attention (RoPE, xPos, ALiBi, T5 buckets, learned clipped offsets; the kernelized FFT-RPE and "
+        "decay RPE of Luo et al.); `rope+linear/ntk/yarn` are the trained RoPE model with each context-"
+        "extension method set to the test length (no retraining). `table` has 8×L rows of which only the "
+        "first L are ever trained. CAPE: mean-centred positions, global shift up to 4×L, local shift ±0.5; "
+        "`cape_scale` adds global scaling up to 1.4. Accuracy is over scored tokens, mean ± std over seeds; "
+        "*learned* counts the seeds that reached 0.95 at the training length — transfer of a variant that "
+        "did not learn the task is reported but not read as transfer.",
+        "",
+    ]
+    for task in (t for t in TASKS if t in summary["table"]):
+        rows = summary["table"][task]
+        lengths = sorted({int(n) for r in rows.values() for n in r["accuracy"]})
+        out.append(f"**{TASK_TEXT[task]}**\n")
+        body = []
+        for v in (v for v in ORDER if v in rows):
+            r = rows[v]
+            body.append([v, f"{r['converged']}/{r['seeds']}"] + [fmt_ms(r["accuracy"].get(str(n)), 3) for n in lengths]
+                        + [fmt_ms(r["extrapolation"], 3)])
+        out.append(markdown_table(["variant", "learned", *[f"{n // L}× ({n})" for n in lengths],
+                                   "mean beyond L"], body))
+        out.append("")
+    out.append(_figure(summary, save_figure))
+    out += ["", "**Claims** (paired per-seed differences, mean [95% interval] (n): verdict).", ""]
+    for name, claim in summary["claims"].items():
+        out.append(f"- {CLAIM_TEXT.get(name, name)}: **{claim['verdict']}**.")
+        for c in claim["comparisons"]:
+            note = f" — {c['note']}" if c.get("note") else ""
+            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}): {fmt_diff(c)}{note}")
+    return "\n".join(out) + "\n"
+
+
+SECTION = Section(
+    name="relative",
+    title="Length extrapolation: rotary, bias-based and kernelized relative encodings, CAPE and absolute encodings",
+    plan=plan,
+    summarize=summarize,
+    render=render,
+    quick_budget_s=75.0,
+)

@@ -1,0 +1,254 @@
+"""RoPE and xPos against rotation matrices built in a loop (float64)."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posenc.attention.rotary import (
+    RotaryEmbedding,
+    apply_rope,
+    apply_rope_qk,
+    convert_rope_layout,
+    layout_permutation,
+    rope_frequencies,
+)
+
+
+def rotation_matrix(p: float, d: int, r: int, base: float, layout: str) -> torch.Tensor:
+    """The d x d block rotation of RoFormer Eq. 15 for position p (pairs per layout; channels >= r fixed)."""
+    R = torch.eye(d, dtype=torch.float64)
+    for i in range(r // 2):
+        th = p * base ** (-2.0 * i / r)
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + r // 2)
+        R[a, a], R[a, b] = math.cos(th), -math.sin(th)
+        R[b, a], R[b, b] = math.sin(th), math.cos(th)
+    return R
+
+
+def reference(x: torch.Tensor, positions, base=10000.0, r=None, layout="half") -> torch.Tensor:
+    d = x.shape[-1]
+    r = d if r is None else r
+    out = torch.empty_like(x, dtype=torch.float64)
+    flat = x.reshape(-1, x.shape[-2], d).double()
+    o = out.view(-1, x.shape[-2], d)
+    for b in range(flat.shape[0]):
+        for t in range(flat.shape[1]):
+            o[b, t] = rotation_matrix(float(positions[t]), d, r, base, layout) @ flat[b, t]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("r", [None, 4])
+def test_apply_rope_matches_rotation_matrices(layout, r):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 7, 8, generator=g, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 2, 5, 9, 100, 12345])
+    out = apply_rope(x, pos, rotary_dim=r, layout=layout)
+    torch.testing.assert_close(out, reference(x, pos, r=r, layout=layout), rtol=1e-12, atol=1e-12)
+    if r is not None:  # the unrotated channels pass through unchanged
+        assert torch.equal(out[..., r:], x[..., r:])
+
+
+def test_continuous_positions_and_base():
+    x = torch.randn(5, 6, dtype=torch.float64)
+    pos = torch.tensor([0.25, -1.5, 3.75, 10.1, 7.0], dtype=torch.float64)
+    torch.testing.assert_close(apply_rope(x, pos, base=500.0), reference(x, pos, base=500.0), rtol=1e-12, atol=1e-12)
+
+
+def test_default_positions_are_token_indices():
+    x = torch.randn(1, 2, 9, 16, dtype=torch.float64)
+    torch.testing.assert_close(apply_rope(x), apply_rope(x, torch.arange(9)))
+
+
+def test_per_sample_positions_broadcast_over_heads():
+    x = torch.randn(2, 3, 4, 8, dtype=torch.float64)
+    pos = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])
+    out = apply_rope(x, pos[:, None, :])
+    for b in range(2):
+        torch.testing.assert_close(out[b], apply_rope(x[b], pos[b]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(-500, 5000), n=st.integers(-500, 5000), shift=st.integers(-1000, 1000),
+       layout=st.sampled_from(["half", "interleaved"]))
+def test_relative_property_float64(m, n, shift, layout):
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(16, generator=g, dtype=torch.float64), torch.randn(16, generator=g, dtype=torch.float64)
+
+    def score(a, b):
+        qa = apply_rope(q[None], torch.tensor([a]), layout=layout)[0]
+        kb = apply_rope(k[None], torch.tensor([b]), layout=layout)[0]
+        return float(qa @ kb)
+
+    assert score(m, n) == pytest.approx(score(m + shift, n + shift), rel=1e-9, abs=1e-9)
+
+
+def test_angles_are_accurate_at_long_positions():
+    # angles in float64: a float32 input at position 1e5 is rotated as accurately as at position 1
+    x = torch.randn(1, 64, dtype=torch.float32)
+    pos = torch.tensor([100_000])
+    out = apply_rope(x, pos)
+    ref = reference(x.double(), pos)
+    assert float((out.double() - ref).abs().max()) < 1e-5
+
+
+def test_layout_conversion_permutation():
+    perm = layout_permutation(8, "interleaved", "half")
+    assert perm.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    back = layout_permutation(8, "half", "interleaved")
+    assert torch.equal(perm[back], torch.arange(8))
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    pos = torch.arange(5) * 7
+    torch.testing.assert_close(apply_rope(x[..., perm], pos, layout="half"),
+                               apply_rope(x, pos, layout="interleaved")[..., perm])
+
+
+def test_convert_rope_layout_keeps_attention_scores():
+    torch.manual_seed(0)
+    H, hd, E, n = 2, 8, 16, 6
+    wq, wk = torch.randn(H * hd, E, dtype=torch.float64), torch.randn(H * hd, E, dtype=torch.float64)
+    x = torch.randn(n, E, dtype=torch.float64)
+
+    def scores(wq, wk, layout):
+        q = (x @ wq.T).view(n, H, hd).transpose(0, 1)
+        k = (x @ wk.T).view(n, H, hd).transpose(0, 1)
+        q, k = apply_rope(q, layout=layout, rotary_dim=6), apply_rope(k, layout=layout, rotary_dim=6)
+        return q @ k.transpose(-1, -2)
+
+    ref = scores(wq, wk, "interleaved")
+    wq2 = convert_rope_layout(wq, H, source="interleaved", target="half", rotary_dim=6)
+    wk2 = convert_rope_layout(wk, H, source="interleaved", target="half", rotary_dim=6)
+    torch.testing.assert_close(scores(wq2, wk2, "half"), ref)
+    assert not torch.allclose(scores(wq, wk, "half"), ref)  # without conversion the checkpoint is wrong
+
+
+def xpos_reference(q, k, m, n, scale_base=512.0, gamma=0.4):
+    d = q.shape[-1]
+    total = 0.0
+    qm = rotation_matrix(m, d, d, 10000.0, "half") @ q
+    kn = rotation_matrix(n, d, d, 10000.0, "half") @ k
+    for i in range(d // 2):
+        zeta = (2 * i / d + gamma) / (1 + gamma)
+        f = zeta ** ((m - n) / scale_base)
+        total += f * (qm[i] * kn[i] + qm[i + d // 2] * kn[i + d // 2])
+    return float(total)
+
+
+@pytest.mark.parametrize("m,n", [(0, 0), (10, 3), (3, 10), (700, 20), (2000, 1999)])
+def test_xpos_against_formula(m, n):
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    qr, kr = apply_rope_qk(q[None], k[None], torch.tensor([m]), torch.tensor([n]), xpos_scale_base=512.0)
+    assert float(qr[0] @ kr[0]) == pytest.approx(xpos_reference(q, k, m, n), rel=1e-10)
+
+
+def test_xpos_centre_cancels_and_keeps_long_sequences_finite():
+    q, k = torch.randn(1, 4096, 8), torch.randn(1, 4096, 8)
+    far = torch.arange(4096) + 200_000
+    a = apply_rope_qk(q, k, far, far, xpos_scale_base=512.0, xpos_center=float(far.float().mean()))
+    assert all(bool(torch.isfinite(t).all()) for t in a)
+    b = apply_rope_qk(q.double(), k.double(), far, far, xpos_scale_base=512.0, xpos_center=200_000.0)
+    # xPos is meant for causal attention (m >= n), where its factor decays; compare there
+    sa, sb = (a[0] @ a[1].transpose(-1, -2)).double().tril(), (b[0] @ b[1].transpose(-1, -2)).tril()
+    torch.testing.assert_close(sa, sb, rtol=0, atol=1e-5 * float(sb.abs().max()))
+
+
+def test_module_cache_grows_and_matches_function():
+    rope = RotaryEmbedding(16, layout="interleaved")
+    for n in (4, 32, 8):
+        q, k = torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
+        rq, rk = rope(q, k)
+        torch.testing.assert_close(rq, apply_rope(q, layout="interleaved"))
+        torch.testing.assert_close(rk, apply_rope(k, layout="interleaved"))
+    assert rope._cos.shape[0] >= 32
+    assert "_cos" not in rope.state_dict()
+
+
+def test_module_explicit_positions_and_unequal_lengths():
+    rope = RotaryEmbedding(8)
+    q, k = torch.randn(1, 3, 8, dtype=torch.float64), torch.randn(1, 5, 8, dtype=torch.float64)
+    rq, rk = rope(q, k, torch.tensor([4, 5, 6]), torch.arange(5) + 2)
+    torch.testing.assert_close(rq, apply_rope(q, torch.tensor([4, 5, 6])))
+    torch.testing.assert_close(rk, apply_rope(k, torch.arange(5) + 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs(dtype):
+    x = torch.randn(2, 10, 32)
+    out = apply_rope(x.to(dtype), torch.arange(10) * 3)
+    assert out.dtype == dtype
+    ref = apply_rope(x.to(dtype).float(), torch.arange(10) * 3)
+    torch.testing.assert_close(out, ref.to(dtype))
+    rope = RotaryEmbedding(32)
+    rq, _ = rope(x.to(dtype)[None], x.to(dtype)[None])
+    assert rq.dtype == dtype and torch.equal(rq[0], apply_rope(x.to(dtype)))
+
+
+def test_compile_fullgraph():
+    rope = RotaryEmbedding(16)
+    q, k = torch.randn(2, 4, 12, 16), torch.randn(2, 4, 12, 16)
+    fn = torch.compile(lambda q, k, p: apply_rope_qk(q, k, p, p), fullgraph=True, backend="eager")
+    out = fn(q, k, torch.arange(12))
+    torch.testing.assert_close(out[0], apply_rope(q))
+    mod = torch.compile(rope, fullgraph=True, backend="eager")
+    torch.testing.assert_close(mod(q, k)[1], apply_rope(k))
+
+
+def test_frequencies_closed_form():
+    f = rope_frequencies(8, 10000.0)
+    torch.testing.assert_close(f, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=torch.float64))
+
+
+def test_bad_input():
+    x = torch.randn(2, 4, 7)
+    with pytest.raises(ValueError, match="even"):
+        apply_rope(x)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        apply_rope(torch.randn(2, 4, 8), rotary_dim=10)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        apply_rope(torch.randn(2, 4, 8), rotary_dim=3)
+    with pytest.raises(ValueError, match="positions"):
+        apply_rope(torch.randn(2, 4, 8), torch.arange(5))
+    with pytest.raises(ValueError, match="positions"):
+        apply_rope(torch.randn(2, 4, 8), torch.tensor([0.0, float("nan"), 1.0, 2.0]))
+    with pytest.raises(TypeError, match="positions"):
+        apply_rope(torch.randn(2, 4, 8), torch.ones(4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="floating"):
+        apply_rope(torch.ones(2, 4, 8, dtype=torch.int64))
+    with pytest.raises(ValueError, match="layout"):
+        apply_rope(torch.randn(2, 4, 8), layout="neox")
+    with pytest.raises(ValueError, match="base"):
+        apply_rope(torch.randn(2, 4, 8), base=1.0)
+    with pytest.raises(ValueError, match="head dim"):
+        apply_rope_qk(torch.randn(4, 8), torch.randn(4, 6))
+    with pytest.raises(ValueError, match="head_dim"):
+        RotaryEmbedding(0)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        RotaryEmbedding(8, rotary_dim=16)
+    with pytest.raises(ValueError, match="head dim"):
+        RotaryEmbedding(8)(torch.randn(1, 4, 6), torch.randn(1, 4, 6))
+    with pytest.raises(TypeError, match="scaling"):
+        RotaryEmbedding(8, scaling="yarn")
+    with pytest.raises(ValueError, match="num_heads"):
+        convert_rope_layout(torch.randn(10, 4), 3)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("r", [None, 4])
+def test_gradients_fast_path(layout, r):
+    # the fast kernels' backward (rotation by -angle) against torch.autograd.gradcheck
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    pos = torch.tensor([0.0, 1.5, 3.0, 7.0, 11.0], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda t: apply_rope(t, pos, layout=layout, rotary_dim=r), (x,))
+
+
+def test_non_contiguous_inputs():
+    # q as it comes out of a fused qkv projection: (B, n, 3, H, d) permuted to (B, H, n, d)
+    qkv = torch.randn(2, 6, 3, 2, 8, dtype=torch.float64)
+    q = qkv.permute(2, 0, 3, 1, 4)[0]
+    for layout in ("half", "interleaved"):
+        torch.testing.assert_close(apply_rope(q, layout=layout), apply_rope(q.contiguous(), layout=layout))
+        torch.testing.assert_close(apply_rope(q, layout=layout), reference(q.contiguous(), torch.arange(6), layout=layout))
