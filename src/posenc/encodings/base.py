@@ -92,6 +92,24 @@ class Encoding(nn.Module):
     def reset_parameters(self) -> None:
         """Re-initialise parameters (a no-op for fixed encodings)."""
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        # Buffers recomputable from the constructor arguments and the seed (centres, frequencies,
+        # generator vectors, fixed W_r) are not saved. Checkpoints written before that decision
+        # still load: such a key is checked against the recomputed buffer and then dropped.
+        for name in self._non_persistent_buffers_set:
+            key = prefix + name
+            if key in state_dict:
+                saved, mine = state_dict.pop(key), self._buffers.get(name)
+                if mine is not None and (saved.shape != mine.shape or not torch.allclose(
+                        saved.to(mine.dtype), mine, rtol=1e-5, atol=1e-6)):
+                    error_msgs.append(
+                        f"{key} in the checkpoint differs from the value this {type(self).__name__} computes from "
+                        "its constructor arguments: build it with the arguments (and seed) the checkpoint was made with"
+                    )
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     def extra_repr(self) -> str:
         return f"in_dim={self.in_dim}, out_dim={self.out_dim}"
 

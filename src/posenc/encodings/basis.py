@@ -145,7 +145,8 @@ class GaussianEncoding(CoordinateEncoding):
         self.sigma = check_positive_float("sigma", sigma)
         self.truncate = None if truncate is None else check_positive_float("truncate", truncate)
         centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
@@ -188,7 +189,8 @@ class TriangleEncoding(CoordinateEncoding):
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.width = check_positive_float("width", width)
         centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
@@ -286,7 +288,8 @@ class CirculantEncoding(CoordinateEncoding):
         self.generator = check_choice("generator", generator, GENERATORS)
         self.sigma, self.freq, self.seed = sigma, freq, seed
         c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed)
-        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
         self._finalize()
 

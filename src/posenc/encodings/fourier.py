@@ -85,7 +85,8 @@ class BasicFourierEncoding(_FourierBase):
         k = 4 if mode == "four_direction" else in_dim
         num = 2 if mode == "product" else 2 * k
         super().__init__(in_dim, num, mode, domain, normalize, strict)
-        self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
 
@@ -124,7 +125,8 @@ class LinearFourierEncoding(_FourierBase):
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
         freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def extra_repr(self) -> str:
@@ -166,7 +168,8 @@ class LogFourierEncoding(_FourierBase):
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
         freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def extra_repr(self) -> str:
@@ -218,7 +221,8 @@ class RandomFourierEncoding(_FourierBase):
         half = self.features_per_direction // 2
         shape = (half, in_dim) if mode == "full" else (self.num_directions, half)
         dtype = dtype or torch.get_default_dtype()
-        self.register_buffer("freqs", torch.empty(shape, device=device, dtype=dtype))
+        self.register_buffer("freqs", torch.empty(shape, device=device, dtype=dtype),
+                             persistent=False)
         self.reset_parameters()
         self._finalize()
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import (
+    check_last_dim,
     check_choice,
     check_divisible,
     check_even,
@@ -217,14 +218,21 @@ class _GroupedEncoding(Encoding):
 
     def check_input(self, positions: torch.Tensor) -> None:
         check_tensor("positions", positions)
-        want = (self.num_groups, self.in_dim)
-        if positions.dim() < 2 or tuple(positions.shape[-2:]) != want:
-            raise ValueError(
-                f"positions must have shape (..., G, M) = (..., {want[0]}, {want[1]}) "
-                f"(num_groups={want[0]}, in_dim={want[1]}), got {tuple(positions.shape)}"
-            )
+        if self.num_groups == 1:  # the documented contract: (..., M) -> (..., D)
+            check_last_dim("positions", positions, self.in_dim)
+        else:
+            want = (self.num_groups, self.in_dim)
+            if positions.dim() < 2 or tuple(positions.shape[-2:]) != want:
+                raise ValueError(
+                    f"positions must have shape (..., G, M) = (..., {want[0]}, {want[1]}) "
+                    f"(num_groups={want[0]}, in_dim={want[1]}), got {tuple(positions.shape)}"
+                )
         check_floating("positions", positions)
         check_finite("positions", positions)
+
+    def _grouped(self, positions: torch.Tensor) -> torch.Tensor:
+        """``(..., G, M)`` view of the positions (a group axis of 1 added when ``G == 1``)."""
+        return positions.unsqueeze(-2) if self.num_groups == 1 else positions
 
     @staticmethod
     def _make_mlp(n_in: int, hidden: int, n_out: int, device, dtype) -> nn.Sequential:
@@ -319,7 +327,7 @@ class LearnableFourierEncoding(_GroupedEncoding):
         if self.learnable_freqs:
             self.w_r = nn.Parameter(w_r)
         else:
-            self.register_buffer("w_r", w_r)
+            self.register_buffer("w_r", w_r, persistent=False)  # fixed: recomputed from the seed
         self.mlp = self._make_mlp(fourier_dim, hidden_dim, per_group, device, dtype) if use_mlp else None
         self.reset_parameters()
 
@@ -337,7 +345,7 @@ class LearnableFourierEncoding(_GroupedEncoding):
         return learnable_fourier_features(positions, self.w_r)
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
-        feats = self.fourier_features(positions)
+        feats = self.fourier_features(self._grouped(positions))
         if self.mlp is not None:
             feats = self.mlp(feats.to(self.mlp[0].weight.dtype))
         return feats.flatten(-2).to(positions.dtype)
@@ -386,7 +394,7 @@ class CoordinateMLPEncoding(_GroupedEncoding):
         self._reset_mlp(self.mlp, torch.Generator().manual_seed(self.seed))
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
-        out = self.mlp(positions.to(self.mlp[0].weight.dtype))
+        out = self.mlp(self._grouped(positions).to(self.mlp[0].weight.dtype))
         return out.flatten(-2).to(positions.dtype)
 
     def extra_repr(self) -> str:
