@@ -31,6 +31,33 @@ from posenc._checks import (
 MODES = ("separable", "four_direction", "product", "full")
 
 
+#: What ``kernel_width`` means in every encoding that accepts it: the ``w`` of the kernel
+#: ``<psi(x), psi(y)> ~ exp(-|x - y|^2 / (4 w^2))`` the encoding induces (the Gaussian basis
+#: of width ``w`` has exactly this kernel), in the encoding's input units (unit-domain
+#: coordinates for the coordinate encodings, position units for LFF).
+KERNEL_WIDTH_DOC = "kernel width w: <psi(x), psi(y)> ~ exp(-|x - y|^2 / (4 w^2))"
+
+
+def resolve_width(native: str, native_value: float | None, kernel_width: float | None, from_kernel_width,
+                  default: float) -> float:
+    """The encoding's own width parameter from either its paper's name or ``kernel_width``.
+
+    Args:
+        native: the paper's name of the parameter (``sigma``, ``gamma``), for messages.
+        native_value, kernel_width: what the caller passed (at most one of them).
+        from_kernel_width: maps a kernel width to the native parameter.
+        default: the native default when neither is given.
+    """
+    from posenc._checks import check_positive_float
+
+    if native_value is not None and kernel_width is not None:
+        raise ValueError(f"pass {native} or kernel_width, not both (got {native}={native_value}, "
+                         f"kernel_width={kernel_width})")
+    if kernel_width is not None:
+        return float(from_kernel_width(check_positive_float("kernel_width", kernel_width)))
+    return default if native_value is None else check_positive_float(native, native_value)
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype trigonometry runs in: at least float32 (half inputs are upcast)."""
     return torch.promote_types(dtype, torch.float32)

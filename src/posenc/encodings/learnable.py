@@ -38,7 +38,7 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
-from posenc.encodings.base import Encoding, compute_dtype
+from posenc.encodings.base import Encoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 INTERPOLATIONS = ("none", "linear", "bicubic")
@@ -285,11 +285,13 @@ class LearnableFourierEncoding(_GroupedEncoding):
             ``use_mlp=False``, since the features are then the output).
         hidden_dim: width of the MLP's hidden layer (default 32).
         gamma: ``W_r ~ N(0, gamma^-2)``, i.e. std ``1/gamma``; a length scale in
-            position units (the init kernel is ``exp(-|dx|^2 / (2 gamma^2)) / 2``).
+            position units (the init kernel is ``exp(-|dx|^2 / (2 gamma^2)) / 2``; default 1).
         learnable_freqs: train ``W_r`` (``False``: fixed random Fourier features + MLP).
         use_mlp: apply the MLP (``False``: the paper's "LFF without MLP" ablation).
         seed: seed of all initial draws (``reset_parameters`` redraws them).
         device, dtype: of the parameters.
+        kernel_width: the kernel width ``w`` shared by the encodings (a Gaussian basis of width
+            ``w`` has the same initial kernel): ``gamma = sqrt(2) w``; pass this or ``gamma``.
     """
 
     def __init__(
@@ -299,12 +301,13 @@ class LearnableFourierEncoding(_GroupedEncoding):
         num_groups: int = 1,
         fourier_dim: int | None = None,
         hidden_dim: int = 32,
-        gamma: float = 1.0,
+        gamma: float | None = None,
         learnable_freqs: bool = True,
         use_mlp: bool = True,
         seed: int = 0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        kernel_width: float | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, num_groups)
         per_group = num_features // num_groups
@@ -319,7 +322,7 @@ class LearnableFourierEncoding(_GroupedEncoding):
             )
         self.fourier_dim = fourier_dim
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        self.gamma = check_positive_float("gamma", gamma)
+        self.gamma = resolve_width("gamma", gamma, kernel_width, lambda w: math.sqrt(2.0) * w, 1.0)
         self.learnable_freqs = bool(learnable_freqs)
         self.use_mlp = bool(use_mlp)
         self.seed = check_positive_int("seed", seed, minimum=0)
