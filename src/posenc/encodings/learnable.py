@@ -45,18 +45,26 @@ INTERPOLATIONS = ("none", "linear", "bicubic")
 
 
 # --------------------------------------------------------------------------- tables
-def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str) -> torch.Tensor:
+def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str, antialias: bool = False) -> torch.Tensor:
     """Resample a grid of vectors ``(*grid, D)`` to ``(*size, D)``.
 
     Interpolation runs in float32 (or float64 for float64 tables) with half-pixel
     centres (``align_corners=False``) and the result is cast back to the table's
-    dtype. ``mode`` is ``"linear"`` (linear in 1D, bilinear in 2D) or ``"bicubic"``
-    (cubic convolution, a = -0.75, borders replicated; in 1D applied along one axis).
+    dtype; it is exactly ``F.interpolate(..., align_corners=False, antialias=antialias)``.
+    ``mode`` is ``"linear"`` (linear in 1D, bilinear in 2D) or ``"bicubic"``.
+
+    ``antialias=False`` (default): cubic convolution with ``a = -0.75`` (borders
+    replicated), no low-pass filter when shrinking. ``antialias=True`` is what timm's
+    ``resample_abs_pos_embed`` does by default: PyTorch then uses the ``a = -0.5``
+    cubic (Keys / PIL) kernel and, when shrinking, widens it into a low-pass filter.
+    The two differ by several percent when growing a table and by far more when
+    shrinking one, so a table trained with one should be resampled with the same.
 
     Args:
         table: ``(L, D)`` or ``(H, W, D)``.
         size: the new grid, ``(L',)`` or ``(H', W')``.
         mode: ``"linear"`` or ``"bicubic"``.
+        antialias: see above.
     """
     check_choice("mode", mode, ("linear", "bicubic"))
     grid = tuple(table.shape[:-1])
@@ -72,7 +80,7 @@ def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str) -> tor
         img = work.permute(2, 0, 1)[None]  # (1, D, H, W)
         new = tuple(size)
     mode2d = "bilinear" if mode == "linear" else "bicubic"
-    out = F.interpolate(img, size=new, mode=mode2d, align_corners=False)[0]  # (D, h, w)
+    out = F.interpolate(img, size=new, mode=mode2d, align_corners=False, antialias=bool(antialias))[0]  # (D, h, w)
     out = out[:, 0, :].T if len(grid) == 1 else out.permute(1, 2, 0)
     return out.to(table.dtype)
 
@@ -92,6 +100,8 @@ class LearnedTableEncoding(Encoding):
         num_features: vector width ``D``.
         interpolation: ``"none"`` (a larger grid is an error), ``"linear"`` or
             ``"bicubic"``: how :meth:`table` resamples to another grid.
+        antialias: resample as timm's ``resample_abs_pos_embed`` does by default
+            (see :func:`resample_table`); default False (plain cubic convolution).
         init_std: standard deviation of the truncated-normal initialisation.
         seed: seed of the initialisation (``reset_parameters`` redraws it).
         device, dtype: of the table.
@@ -109,6 +119,7 @@ class LearnedTableEncoding(Encoding):
         seed: int = 0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        antialias: bool = False,
     ) -> None:
         check_positive_int("in_dim", in_dim)
         if in_dim not in (1, 2):
@@ -125,6 +136,9 @@ class LearnedTableEncoding(Encoding):
         self.grid_size = grid
         self.num_features = num_features
         self.interpolation = check_choice("interpolation", interpolation, INTERPOLATIONS)
+        if not isinstance(antialias, bool):
+            raise TypeError(f"antialias must be a bool, got {type(antialias).__name__}")
+        self.antialias = antialias
         self.init_std = check_positive_float("init_std", init_std)
         self.seed = check_positive_int("seed", seed, minimum=0)
         self.weight = nn.Parameter(torch.empty(*grid, num_features, device=device, dtype=dtype))
@@ -191,13 +205,13 @@ class LearnedTableEncoding(Encoding):
                 )
             out = self.weight[: size[0]] if self.in_dim == 1 else self.weight[: size[0], : size[1]]
         else:
-            out = resample_table(self.weight, size, self.interpolation)
+            out = resample_table(self.weight, size, self.interpolation, self.antialias)
         return out.reshape(-1, self.num_features)
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, grid_size={self.grid_size}, interpolation={self.interpolation!r}, "
-            f"seed={self.seed}"
+            f"{'antialias=True, ' if self.antialias else ''}seed={self.seed}"
         )
 
 
