@@ -7,7 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= runs/demo
 
-.PHONY: demo test bench install clean
+VENV_OLDEST ?= .venv-oldest
+
+.PHONY: demo test test-oldest bench install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +27,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
+# The oldest tested versions (constraints-oldest.txt = pyproject's lower bounds), in their own venv.
+test-oldest:
+	test -x $(VENV_OLDEST)/bin/python || $(PYTHON) -m venv $(VENV_OLDEST)
+	$(VENV_OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt torch==2.13.0
+	$(VENV_OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt -e ".[all]"
+	$(VENV_OLDEST)/bin/python -m pytest -n 2 -q
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks --out benchmarks/results
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_OLDEST) runs .pytest_cache

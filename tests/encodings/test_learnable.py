@@ -99,8 +99,8 @@ def test_initial_kernel_is_gaussian_of_width_gamma():
     enc = LearnableFourierEncoding(in_dim=2, num_features=16384, fourier_dim=16384, use_mlp=False,
                                    gamma=gamma, dtype=torch.float64)
     d = torch.tensor([0.0, 0.25, 0.5, 1.0], dtype=torch.float64)
-    x = torch.zeros(4, 1, 2, dtype=torch.float64)
-    y = torch.stack((d / math.sqrt(2), d / math.sqrt(2)), dim=-1)[:, None]
+    x = torch.zeros(4, 2, dtype=torch.float64)  # one group: (..., M)
+    y = torch.stack((d / math.sqrt(2), d / math.sqrt(2)), dim=-1)
     dots = (enc(x) * enc(y)).sum(-1)
     want = 0.5 * torch.exp(-(d**2) / (2 * gamma**2))
     torch.testing.assert_close(dots, want, atol=0.02, rtol=0)
@@ -113,7 +113,7 @@ def test_groups_are_encoded_independently_and_concatenated():
     single = LearnableFourierEncoding(in_dim=2, num_features=4, num_groups=1, fourier_dim=4, seed=1)
     single.load_state_dict(enc.state_dict())
     for g in range(3):
-        torch.testing.assert_close(out[:, 4 * g : 4 * (g + 1)], single(x[:, g : g + 1]))
+        torch.testing.assert_close(out[:, 4 * g : 4 * (g + 1)], single(x[:, g]))
 
 
 def test_without_mlp_output_is_the_fourier_features():
@@ -150,10 +150,11 @@ def test_reset_parameters_is_seeded():
 @given(lead=st.lists(st.integers(1, 3), min_size=0, max_size=3), groups=st.integers(1, 3))
 def test_any_leading_shape(lead, groups):
     enc = LearnableFourierEncoding(in_dim=2, num_features=4 * groups, num_groups=groups)
-    x = torch.randn(*lead, groups, 2)
+    group_axis = (groups,) if groups > 1 else ()  # one group: the plain (..., M) contract
+    x = torch.randn(*lead, *group_axis, 2)
     out = enc(x)
     assert out.shape == (*lead, 4 * groups)
-    torch.testing.assert_close(out.reshape(-1, 4 * groups), enc(x.reshape(-1, groups, 2)))
+    torch.testing.assert_close(out.reshape(-1, 4 * groups), enc(x.reshape(-1, *group_axis, 2)))
 
 
 def test_coord_mlp_is_mlp_on_raw_coordinates():
@@ -288,3 +289,16 @@ def test_registered_with_consistent_constructor_names(name):
     enc = create_encoding(name, in_dim=2, num_features=8, dtype=torch.float64)
     assert enc.out_dim == 8
     assert all(p.dtype == torch.float64 for p in list(enc.parameters()) + list(enc.buffers()))
+
+
+def test_one_group_takes_plain_positions():
+    # (..., M) -> (..., D) like every other encoding; a group axis is only needed for G > 1
+    enc = LearnableFourierEncoding(in_dim=2, num_features=8, seed=2)
+    x = torch.randn(4, 5, 2)
+    out = enc(x)
+    assert out.shape == (4, 5, 8)
+    two = LearnableFourierEncoding(in_dim=2, num_features=16, num_groups=2, seed=2)
+    with pytest.raises(ValueError, match="G, M"):
+        two(x)
+    mlp = CoordinateMLPEncoding(in_dim=3, num_features=6)
+    assert mlp(torch.randn(7, 3)).shape == (7, 6)

@@ -132,3 +132,20 @@ def test_vit_bad_images():
         vit(torch.randn(1, 1, 10, 8))
     with pytest.raises(ValueError, match="images"):
         vit(torch.randn(1, 8, 8))
+
+
+def test_tinyvit_takes_any_encoding_without_arguments():
+    # coordinate encodings live on [0, 1) (Zheng et al.), LFF/CAPE on [-1, 1]: TinyViT puts the
+    # patch centres in the encoding's own domain, so both work as built
+    from posenc.encodings import create_encoding
+    from posenc.models import TinyViT, patch_positions
+
+    for enc in (create_encoding("gaussian", in_dim=2, num_features=32, sigma=0.1),
+                create_encoding("rff", in_dim=2, num_features=32, seed=0),
+                create_encoding("lff", in_dim=2, num_features=32)):
+        vit = TinyViT(1, 3, patch_size=4, dim=32, num_heads=2, encoding=enc, positions="continuous")
+        for size in (8, 16):
+            assert vit(torch.randn(2, 1, size, size)).shape == (2, 3)
+    p = patch_positions(2, 4, "continuous", domain=(0.0, 1.0), dtype=torch.float64)
+    assert p[:, 0].unique().tolist() == [0.25, 0.75] and p[:, 1].unique().tolist() == [0.125, 0.375, 0.625, 0.875]
+    torch.testing.assert_close(patch_positions(2, 2, "continuous")[0], torch.tensor([-0.5, -0.5]))

@@ -5,6 +5,7 @@ from posenc.encodings.registry import (
     available_encodings,
     create_encoding,
     encoding_class,
+    encoding_parameter_docs,
     encoding_parameters,
     register_encoding,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "available_encodings",
     "create_encoding",
     "encoding_class",
+    "encoding_parameter_docs",
     "encoding_parameters",
     "register_encoding",
     "BasicFourierEncoding",

@@ -31,6 +31,33 @@ from posenc._checks import (
 MODES = ("separable", "four_direction", "product", "full")
 
 
+#: What ``kernel_width`` means in every encoding that accepts it: the ``w`` of the kernel
+#: ``<psi(x), psi(y)> ~ exp(-|x - y|^2 / (4 w^2))`` the encoding induces (the Gaussian basis
+#: of width ``w`` has exactly this kernel), in the encoding's input units (unit-domain
+#: coordinates for the coordinate encodings, position units for LFF).
+KERNEL_WIDTH_DOC = "kernel width w: <psi(x), psi(y)> ~ exp(-|x - y|^2 / (4 w^2))"
+
+
+def resolve_width(native: str, native_value: float | None, kernel_width: float | None, from_kernel_width,
+                  default: float) -> float:
+    """The encoding's own width parameter from either its paper's name or ``kernel_width``.
+
+    Args:
+        native: the paper's name of the parameter (``sigma``, ``gamma``), for messages.
+        native_value, kernel_width: what the caller passed (at most one of them).
+        from_kernel_width: maps a kernel width to the native parameter.
+        default: the native default when neither is given.
+    """
+    from posenc._checks import check_positive_float
+
+    if native_value is not None and kernel_width is not None:
+        raise ValueError(f"pass {native} or kernel_width, not both (got {native}={native_value}, "
+                         f"kernel_width={kernel_width})")
+    if kernel_width is not None:
+        return float(from_kernel_width(check_positive_float("kernel_width", kernel_width)))
+    return default if native_value is None else check_positive_float(native, native_value)
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype trigonometry runs in: at least float32 (half inputs are upcast)."""
     return torch.promote_types(dtype, torch.float32)
@@ -91,6 +118,24 @@ class Encoding(nn.Module):
 
     def reset_parameters(self) -> None:
         """Re-initialise parameters (a no-op for fixed encodings)."""
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        # Buffers recomputable from the constructor arguments and the seed (centres, frequencies,
+        # generator vectors, fixed W_r) are not saved. Checkpoints written before that decision
+        # still load: such a key is checked against the recomputed buffer and then dropped.
+        for name in self._non_persistent_buffers_set:
+            key = prefix + name
+            if key in state_dict:
+                saved, mine = state_dict.pop(key), self._buffers.get(name)
+                if mine is not None and (saved.shape != mine.shape or not torch.allclose(
+                        saved.to(mine.dtype), mine, rtol=1e-5, atol=1e-6)):
+                    error_msgs.append(
+                        f"{key} in the checkpoint differs from the value this {type(self).__name__} computes from "
+                        "its constructor arguments: build it with the arguments (and seed) the checkpoint was made with"
+                    )
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def extra_repr(self) -> str:
         return f"in_dim={self.in_dim}, out_dim={self.out_dim}"

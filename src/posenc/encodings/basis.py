@@ -19,7 +19,7 @@ import math
 import torch
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
-from posenc.encodings.base import CoordinateEncoding, compute_dtype
+from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 
@@ -120,10 +120,12 @@ class GaussianEncoding(CoordinateEncoding):
     Args:
         in_dim: number of coordinates.
         num_features: output width (F centres per direction).
-        sigma: width in unit-domain coordinates (> 0).
+        sigma: width of each Gaussian in unit-domain coordinates (> 0; default 0.01).
         truncate: zero the basis beyond ``truncate * sigma`` (sparse, banded features).
         mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
         device, dtype: of the centre buffer.
+        kernel_width: the kernel width ``w`` shared by the encodings (the induced kernel is
+            ``exp(-|x - y|^2 / (4 w^2))``; equal to ``sigma`` here); pass this or ``sigma``.
     """
 
     width_param = "sigma"
@@ -132,7 +134,7 @@ class GaussianEncoding(CoordinateEncoding):
         self,
         in_dim: int = 1,
         num_features: int = 256,
-        sigma: float = 0.01,
+        sigma: float | None = None,
         truncate: float | None = None,
         mode: str = "separable",
         domain: tuple[float, float] = (0.0, 1.0),
@@ -140,12 +142,14 @@ class GaussianEncoding(CoordinateEncoding):
         strict: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        kernel_width: float | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.sigma = check_positive_float("sigma", sigma)
+        self.sigma = resolve_width("sigma", sigma, kernel_width, lambda w: w, 0.01)
         self.truncate = None if truncate is None else check_positive_float("truncate", truncate)
         centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
@@ -188,7 +192,8 @@ class TriangleEncoding(CoordinateEncoding):
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.width = check_positive_float("width", width)
         centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
@@ -241,10 +246,6 @@ def circulant_generator(
 @register_encoding("sine", generator="sine")
 @register_encoding("random", generator="random")
 class CirculantEncoding(CoordinateEncoding):
-    #: Up to this many features per direction, the F x F circulant matrix is cached
-    #: and positions gather its rows (16 MiB in float32 at the limit).
-    table_limit = 2048
-
     """Rows of ``circulant(c)``: ``psi_i(x) = c[(round(x F) - i) mod F]``.
 
     The paper's circulant family (Sec. 4): every row is a cyclic shift of one
@@ -267,6 +268,10 @@ class CirculantEncoding(CoordinateEncoding):
         device, dtype: of the generator buffer.
     """
 
+    #: Up to this many features per direction, the F x F circulant matrix is cached
+    #: and positions gather its rows (16 MiB in float32 at the limit).
+    table_limit = 2048
+
     def __init__(
         self,
         in_dim: int = 1,
@@ -286,7 +291,8 @@ class CirculantEncoding(CoordinateEncoding):
         self.generator = check_choice("generator", generator, GENERATORS)
         self.sigma, self.freq, self.seed = sigma, freq, seed
         c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed)
-        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
         self._finalize()
 

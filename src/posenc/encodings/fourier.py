@@ -16,7 +16,7 @@ import math
 import torch
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
-from posenc.encodings.base import CoordinateEncoding, compute_dtype
+from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 
@@ -85,7 +85,8 @@ class BasicFourierEncoding(_FourierBase):
         k = 4 if mode == "four_direction" else in_dim
         num = 2 if mode == "product" else 2 * k
         super().__init__(in_dim, num, mode, domain, normalize, strict)
-        self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
 
@@ -124,7 +125,8 @@ class LinearFourierEncoding(_FourierBase):
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
         freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def extra_repr(self) -> str:
@@ -166,7 +168,8 @@ class LogFourierEncoding(_FourierBase):
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
         freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()))
+        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
+                             persistent=False)
         self._finalize()
 
     def extra_repr(self) -> str:
@@ -189,10 +192,13 @@ class RandomFourierEncoding(_FourierBase):
     Args:
         in_dim: number of coordinates.
         num_features: output width (an even number per direction).
-        sigma: standard deviation of the frequencies, in cycles per unit domain.
+        sigma: standard deviation of the frequencies, in cycles per unit domain (an
+            *inverse* width: larger is sharper; default 10).
         seed: seed of the frequency draw (``reset_parameters`` redraws it).
         mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
         device, dtype: of the frequency buffer.
+        kernel_width: the kernel width ``w`` shared by the encodings (a Gaussian basis of width
+            ``w`` has the same kernel): ``sigma = 1 / (2 sqrt(2) pi w)``; pass this or ``sigma``.
     """
 
     supported_modes = ("full", "separable", "four_direction", "product")
@@ -203,7 +209,7 @@ class RandomFourierEncoding(_FourierBase):
         self,
         in_dim: int = 1,
         num_features: int = 256,
-        sigma: float = 10.0,
+        sigma: float | None = None,
         seed: int = 0,
         mode: str = "full",
         domain: tuple[float, float] = (0.0, 1.0),
@@ -211,14 +217,17 @@ class RandomFourierEncoding(_FourierBase):
         strict: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        kernel_width: float | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.sigma = check_positive_float("sigma", sigma)
+        self.sigma = resolve_width("sigma", sigma, kernel_width, lambda w: 1.0 / (2.0 * math.sqrt(2.0) * math.pi * w),
+                                   10.0)
         self.seed = check_positive_int("seed", seed, minimum=0)
         half = self.features_per_direction // 2
         shape = (half, in_dim) if mode == "full" else (self.num_directions, half)
         dtype = dtype or torch.get_default_dtype()
-        self.register_buffer("freqs", torch.empty(shape, device=device, dtype=dtype))
+        self.register_buffer("freqs", torch.empty(shape, device=device, dtype=dtype),
+                             persistent=False)
         self.reset_parameters()
         self._finalize()
 

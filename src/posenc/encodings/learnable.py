@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import (
+    check_last_dim,
     check_choice,
     check_divisible,
     check_even,
@@ -37,25 +38,33 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
-from posenc.encodings.base import Encoding, compute_dtype
+from posenc.encodings.base import Encoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 INTERPOLATIONS = ("none", "linear", "bicubic")
 
 
 # --------------------------------------------------------------------------- tables
-def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str) -> torch.Tensor:
+def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str, antialias: bool = False) -> torch.Tensor:
     """Resample a grid of vectors ``(*grid, D)`` to ``(*size, D)``.
 
     Interpolation runs in float32 (or float64 for float64 tables) with half-pixel
     centres (``align_corners=False``) and the result is cast back to the table's
-    dtype. ``mode`` is ``"linear"`` (linear in 1D, bilinear in 2D) or ``"bicubic"``
-    (cubic convolution, a = -0.75, borders replicated; in 1D applied along one axis).
+    dtype; it is exactly ``F.interpolate(..., align_corners=False, antialias=antialias)``.
+    ``mode`` is ``"linear"`` (linear in 1D, bilinear in 2D) or ``"bicubic"``.
+
+    ``antialias=False`` (default): cubic convolution with ``a = -0.75`` (borders
+    replicated), no low-pass filter when shrinking. ``antialias=True`` is what timm's
+    ``resample_abs_pos_embed`` does by default: PyTorch then uses the ``a = -0.5``
+    cubic (Keys / PIL) kernel and, when shrinking, widens it into a low-pass filter.
+    The two differ by several percent when growing a table and by far more when
+    shrinking one, so a table trained with one should be resampled with the same.
 
     Args:
         table: ``(L, D)`` or ``(H, W, D)``.
         size: the new grid, ``(L',)`` or ``(H', W')``.
         mode: ``"linear"`` or ``"bicubic"``.
+        antialias: see above.
     """
     check_choice("mode", mode, ("linear", "bicubic"))
     grid = tuple(table.shape[:-1])
@@ -71,7 +80,7 @@ def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str) -> tor
         img = work.permute(2, 0, 1)[None]  # (1, D, H, W)
         new = tuple(size)
     mode2d = "bilinear" if mode == "linear" else "bicubic"
-    out = F.interpolate(img, size=new, mode=mode2d, align_corners=False)[0]  # (D, h, w)
+    out = F.interpolate(img, size=new, mode=mode2d, align_corners=False, antialias=bool(antialias))[0]  # (D, h, w)
     out = out[:, 0, :].T if len(grid) == 1 else out.permute(1, 2, 0)
     return out.to(table.dtype)
 
@@ -91,6 +100,8 @@ class LearnedTableEncoding(Encoding):
         num_features: vector width ``D``.
         interpolation: ``"none"`` (a larger grid is an error), ``"linear"`` or
             ``"bicubic"``: how :meth:`table` resamples to another grid.
+        antialias: resample as timm's ``resample_abs_pos_embed`` does by default
+            (see :func:`resample_table`); default False (plain cubic convolution).
         init_std: standard deviation of the truncated-normal initialisation.
         seed: seed of the initialisation (``reset_parameters`` redraws it).
         device, dtype: of the table.
@@ -108,6 +119,7 @@ class LearnedTableEncoding(Encoding):
         seed: int = 0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        antialias: bool = False,
     ) -> None:
         check_positive_int("in_dim", in_dim)
         if in_dim not in (1, 2):
@@ -124,6 +136,9 @@ class LearnedTableEncoding(Encoding):
         self.grid_size = grid
         self.num_features = num_features
         self.interpolation = check_choice("interpolation", interpolation, INTERPOLATIONS)
+        if not isinstance(antialias, bool):
+            raise TypeError(f"antialias must be a bool, got {type(antialias).__name__}")
+        self.antialias = antialias
         self.init_std = check_positive_float("init_std", init_std)
         self.seed = check_positive_int("seed", seed, minimum=0)
         self.weight = nn.Parameter(torch.empty(*grid, num_features, device=device, dtype=dtype))
@@ -190,13 +205,13 @@ class LearnedTableEncoding(Encoding):
                 )
             out = self.weight[: size[0]] if self.in_dim == 1 else self.weight[: size[0], : size[1]]
         else:
-            out = resample_table(self.weight, size, self.interpolation)
+            out = resample_table(self.weight, size, self.interpolation, self.antialias)
         return out.reshape(-1, self.num_features)
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, grid_size={self.grid_size}, interpolation={self.interpolation!r}, "
-            f"seed={self.seed}"
+            f"{'antialias=True, ' if self.antialias else ''}seed={self.seed}"
         )
 
 
@@ -217,14 +232,21 @@ class _GroupedEncoding(Encoding):
 
     def check_input(self, positions: torch.Tensor) -> None:
         check_tensor("positions", positions)
-        want = (self.num_groups, self.in_dim)
-        if positions.dim() < 2 or tuple(positions.shape[-2:]) != want:
-            raise ValueError(
-                f"positions must have shape (..., G, M) = (..., {want[0]}, {want[1]}) "
-                f"(num_groups={want[0]}, in_dim={want[1]}), got {tuple(positions.shape)}"
-            )
+        if self.num_groups == 1:  # the documented contract: (..., M) -> (..., D)
+            check_last_dim("positions", positions, self.in_dim)
+        else:
+            want = (self.num_groups, self.in_dim)
+            if positions.dim() < 2 or tuple(positions.shape[-2:]) != want:
+                raise ValueError(
+                    f"positions must have shape (..., G, M) = (..., {want[0]}, {want[1]}) "
+                    f"(num_groups={want[0]}, in_dim={want[1]}), got {tuple(positions.shape)}"
+                )
         check_floating("positions", positions)
         check_finite("positions", positions)
+
+    def _grouped(self, positions: torch.Tensor) -> torch.Tensor:
+        """``(..., G, M)`` view of the positions (a group axis of 1 added when ``G == 1``)."""
+        return positions.unsqueeze(-2) if self.num_groups == 1 else positions
 
     @staticmethod
     def _make_mlp(n_in: int, hidden: int, n_out: int, device, dtype) -> nn.Sequential:
@@ -277,11 +299,13 @@ class LearnableFourierEncoding(_GroupedEncoding):
             ``use_mlp=False``, since the features are then the output).
         hidden_dim: width of the MLP's hidden layer (default 32).
         gamma: ``W_r ~ N(0, gamma^-2)``, i.e. std ``1/gamma``; a length scale in
-            position units (the init kernel is ``exp(-|dx|^2 / (2 gamma^2)) / 2``).
+            position units (the init kernel is ``exp(-|dx|^2 / (2 gamma^2)) / 2``; default 1).
         learnable_freqs: train ``W_r`` (``False``: fixed random Fourier features + MLP).
         use_mlp: apply the MLP (``False``: the paper's "LFF without MLP" ablation).
         seed: seed of all initial draws (``reset_parameters`` redraws them).
         device, dtype: of the parameters.
+        kernel_width: the kernel width ``w`` shared by the encodings (a Gaussian basis of width
+            ``w`` has the same initial kernel): ``gamma = sqrt(2) w``; pass this or ``gamma``.
     """
 
     def __init__(
@@ -291,12 +315,13 @@ class LearnableFourierEncoding(_GroupedEncoding):
         num_groups: int = 1,
         fourier_dim: int | None = None,
         hidden_dim: int = 32,
-        gamma: float = 1.0,
+        gamma: float | None = None,
         learnable_freqs: bool = True,
         use_mlp: bool = True,
         seed: int = 0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        kernel_width: float | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, num_groups)
         per_group = num_features // num_groups
@@ -311,7 +336,7 @@ class LearnableFourierEncoding(_GroupedEncoding):
             )
         self.fourier_dim = fourier_dim
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        self.gamma = check_positive_float("gamma", gamma)
+        self.gamma = resolve_width("gamma", gamma, kernel_width, lambda w: math.sqrt(2.0) * w, 1.0)
         self.learnable_freqs = bool(learnable_freqs)
         self.use_mlp = bool(use_mlp)
         self.seed = check_positive_int("seed", seed, minimum=0)
@@ -319,7 +344,7 @@ class LearnableFourierEncoding(_GroupedEncoding):
         if self.learnable_freqs:
             self.w_r = nn.Parameter(w_r)
         else:
-            self.register_buffer("w_r", w_r)
+            self.register_buffer("w_r", w_r, persistent=False)  # fixed: recomputed from the seed
         self.mlp = self._make_mlp(fourier_dim, hidden_dim, per_group, device, dtype) if use_mlp else None
         self.reset_parameters()
 
@@ -337,7 +362,7 @@ class LearnableFourierEncoding(_GroupedEncoding):
         return learnable_fourier_features(positions, self.w_r)
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
-        feats = self.fourier_features(positions)
+        feats = self.fourier_features(self._grouped(positions))
         if self.mlp is not None:
             feats = self.mlp(feats.to(self.mlp[0].weight.dtype))
         return feats.flatten(-2).to(positions.dtype)
@@ -386,7 +411,7 @@ class CoordinateMLPEncoding(_GroupedEncoding):
         self._reset_mlp(self.mlp, torch.Generator().manual_seed(self.seed))
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
-        out = self.mlp(positions.to(self.mlp[0].weight.dtype))
+        out = self.mlp(self._grouped(positions).to(self.mlp[0].weight.dtype))
         return out.flatten(-2).to(positions.dtype)
 
     def extra_repr(self) -> str:

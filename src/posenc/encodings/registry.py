@@ -78,6 +78,51 @@ def encoding_parameters(name: str) -> dict[str, Any]:
     }
 
 
+def _args_block(doc: str) -> dict[str, str]:
+    """``{argument: description}`` from a Google-style ``Args:`` block (``a, b: text`` covers both)."""
+    out: dict[str, str] = {}
+    lines = inspect.cleandoc(doc or "").splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Args:")
+    except StopIteration:
+        return out
+    indent = None
+    current: list[str] = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            if indent is not None:
+                break
+            continue
+        width = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = width
+        if width < indent:
+            break
+        if width == indent and ":" in line:
+            names, _, text = line.strip().partition(":")
+            current = [n.strip() for n in names.split(",")]
+            for n in current:
+                out[n] = text.strip()
+        elif current:
+            for n in current:
+                out[n] = f"{out[n]} {line.strip()}".strip()
+    return out
+
+
+def encoding_parameter_docs(name: str) -> dict[str, str]:
+    """What each constructor argument of encoding ``name`` means (from its docstring's Args block).
+
+    Every argument :func:`encoding_parameters` lists has an entry (``""`` if undocumented).
+    """
+    cls = encoding_class(name)
+    docs = _args_block(cls.__doc__ or "")
+    for base in cls.__mro__[1:]:  # arguments documented on a base class ("see :class:`CoordinateEncoding`")
+        for key, text in _args_block(base.__doc__ or "").items():
+            if not docs.get(key) or docs[key].startswith("see "):
+                docs[key] = text
+    return {p: docs.get(p, "") for p in encoding_parameters(name)}
+
+
 def create_encoding(name: str, **kwargs: Any) -> nn.Module:
     """Build a registered encoding by name.
 

@@ -30,13 +30,14 @@ AttentionFactory = Callable[[int, int], nn.Module]
 def encode_positions(encoding: nn.Module, positions: torch.Tensor) -> torch.Tensor:
     """Encode per-token positions ``(..., P) -> (..., out_dim)``.
 
-    Grouped encodings (a ``num_groups`` attribute, input ``(..., G, M)``, such as
-    :class:`~posenc.encodings.LearnableFourierEncoding`) take flat per-token
-    positions with ``P = G * M`` coordinates, unflattened here to ``(..., G, M)``.
-    Other encodings receive ``positions`` unchanged.
+    Grouped encodings with ``G > 1`` groups (a ``num_groups`` attribute, input
+    ``(..., G, M)``, such as :class:`~posenc.encodings.LearnableFourierEncoding`) take
+    flat per-token positions with ``P = G * M`` coordinates, unflattened here to
+    ``(..., G, M)``. Other encodings (and grouped ones with one group, which take
+    ``(..., M)``) receive ``positions`` unchanged.
     """
     groups = getattr(encoding, "num_groups", None)
-    if groups is not None:
+    if groups is not None and groups > 1:
         m = encoding.in_dim
         if positions.dim() == 0 or positions.shape[-1] != groups * m:
             raise ValueError(

@@ -10,7 +10,10 @@ Patch positions are given to the encoding as one of:
 
 * ``"index"``: integer ``(row, col)`` grid indices (learned tables, sinusoidal);
 * ``"continuous"``: patch centres mapped to ``[-1, 1]`` per axis at every
-  resolution (LFF, coordinate MLPs; the convention CAPE uses for 2D).
+  resolution (LFF, coordinate MLPs; the convention CAPE uses for 2D), or to the
+  encoding's own ``domain`` when it has one (the coordinate encodings of
+  :mod:`posenc.encodings.basis` / ``fourier``, ``[0, 1)`` by default), so any
+  posenc encoding works in a ViT without an argument.
 
 A :class:`~posenc.encodings.LearnedTableEncoding` is used through its
 ``table(grid)`` method, so a resolution change resamples the table (if the
@@ -25,18 +28,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from posenc._checks import check_choice, check_positive_int, check_tensor
+from posenc._checks import check_choice, check_domain, check_positive_int, check_tensor
 from posenc.models.transformer import AttentionFactory, TransformerEncoder
 
 
-def patch_positions(rows: int, cols: int, kind: str = "index", *, device=None,
-                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def patch_positions(rows: int, cols: int, kind: str = "index", *, domain: tuple[float, float] = (-1.0, 1.0),
+                    device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Positions of a ``rows x cols`` patch grid, row-major: ``(rows * cols, 2)``.
 
     Args:
         rows, cols: grid size.
         kind: ``"index"`` (integer ``(r, c)`` as ``int64``) or ``"continuous"``
-            (centres ``(2 i + 1) / n - 1`` in ``[-1, 1]``, in ``dtype``).
+            (patch centres, ``low + (high - low) (i + 1/2) / n`` per axis, in ``dtype``).
+        domain: ``(low, high)`` of the continuous positions: ``[-1, 1]`` by default (the
+            convention of CAPE and LFF); :class:`TinyViT` passes a coordinate encoding's own
+            ``domain`` (``[0, 1)`` by default, Zheng et al.'s convention) so the two fit together.
     """
     check_positive_int("rows", rows)
     check_positive_int("cols", cols)
@@ -46,8 +52,9 @@ def patch_positions(rows: int, cols: int, kind: str = "index", *, device=None,
     grid = torch.stack(torch.meshgrid(r, c, indexing="ij"), dim=-1).reshape(-1, 2)
     if kind == "index":
         return grid
+    low, high = check_domain("domain", domain)
     sizes = torch.tensor([rows, cols], device=device, dtype=torch.float64)
-    return ((2.0 * grid.double() + 1.0) / sizes - 1.0).to(dtype)
+    return (low + (high - low) * (grid.double() + 0.5) / sizes).to(dtype)
 
 
 class TinyViT(nn.Module):
@@ -122,7 +129,8 @@ class TinyViT(nn.Module):
         enc = self.encoder.encoding
         pos_feats = None
         # patch positions always reach the attention (relative encodings such as 2D RoPE read them)
-        pos = patch_positions(rows, cols, self.positions_kind, device=x.device, dtype=x.dtype)
+        pos = patch_positions(rows, cols, self.positions_kind, domain=getattr(enc, "domain", (-1.0, 1.0)),
+                              device=x.device, dtype=x.dtype)
         if enc is not None:
             if hasattr(enc, "table"):
                 pos_feats = enc.table((rows, cols))
