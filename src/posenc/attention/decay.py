@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc._checks import check_finite, check_positive_int
-from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv
+from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv, safe_ratio
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
@@ -370,7 +370,7 @@ def _chunkwise(
     nd = nd.reshape(B, H, K * C, e)
     if pad:  # padded query rows are dropped before dividing (their denominators are 0)
         nd = nd[:, :, :n]
-    return nd[..., :d] / nd[..., d:]
+    return safe_ratio(nd[..., :d], nd[..., d:])
 
 
 class DecayDecoder:
@@ -395,4 +395,4 @@ class DecayDecoder:
         upd = phi_k[:, :, None, :, None] * _vv(v)[:, :, None, None, :]
         self.state = self.gamma[None, :, :, None, None] * self.state + upd
         nd = torch.einsum("bhm,hr,bhrme->bhe", phi_q, self.amplitudes, self.state)
-        return nd[..., :-1] / nd[..., -1:]
+        return safe_ratio(nd[..., :-1], nd[..., -1:])
