@@ -305,7 +305,11 @@ def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limi
         check_budget(suggest_bytes(train_samples, out_dim), limit,
                      f"suggest_bandwidth for {train_samples:,} samples (out_dim={out_dim:,})", "the sizes or num_features")
         extra = {k: v for k, v in settings.items() if k in ("num_features", "seed")}
-        suggested = suggest_bandwidth(train_samples, name, **extra)["value"]
+        try:
+            suggested = suggest_bandwidth(train_samples, name, **extra)["value"]
+        except ValueError as err:
+            raise CliError(f"suggest_bandwidth found no {param} for {name!r} with {train_samples} training samples "
+                           f"per axis ({_one_line(err)}); pass --set {param}=VALUE") from None
         settings[param] = suggested
     enc = create_encoding(name, **settings).eval()  # eval: CAPE does not augment
     return enc, suggested, {"out_dim": out_dim, "coordinate": coordinate}
