@@ -144,3 +144,15 @@ def test_module_constructor_arguments_are_named():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device='cuda' is not available"):
             KernelizedAttention(2, 4, device="cuda")
+
+
+def test_decay_attention_block_bytes_and_zero_keys():
+    from posenc.attention.decay import decay_kernelized_attention
+
+    p, v = rand(1, 1, 4, 3), rand(1, 1, 4, 2)
+    a, lam = torch.ones(1, 1), torch.ones(1, 1)
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="block_bytes"):
+            decay_kernelized_attention(p, p, v, a, lam, block_bytes=bad)
+    z = decay_kernelized_attention(p, torch.zeros_like(p), v, a, lam)
+    assert torch.equal(z, torch.zeros_like(z))

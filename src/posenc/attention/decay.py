@@ -301,6 +301,8 @@ def decay_kernelized_attention(
     if phi_k.shape[-2] != n:
         raise ValueError(f"the decay RPE needs n_q == n_k, got {n} and {phi_k.shape[-2]}")
     check_positive_int("chunk", chunk, minimum=2)
+    if block_bytes is not None:
+        check_positive_int("block_bytes", block_bytes)
     _check_terms("past", amplitudes, rates, H)
     if future is not None:
         _check_terms("future", *future, H)
