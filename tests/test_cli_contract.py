@@ -215,3 +215,12 @@ def test_readme_examples_fit_the_default_limit():
 
     assert analysis_bytes(512, 1024) + analysis_bytes(256, 1024) < 2**30
     assert fit_bytes(64 * 64, 128 * 128, 256, 3, "mlp") < 2**30
+
+
+def test_signal_length_is_read_from_the_npy_header_before_loading(tmp_path):
+    path = tmp_path / "huge.npy"
+    with open(path, "wb") as fh:  # a header announcing 1e10 samples, and almost no data
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<f8", "fortran_order": False, "shape": (10**10,)})
+        fh.write(b"\0" * 64)
+    assert_one_error_line(invoke("fit-signal", "--signal", path, "--max-memory", "1G"),
+                          "10,000,000,000 samples", "--max-memory")

@@ -315,6 +315,22 @@ def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limi
     return enc, suggested, {"out_dim": out_dim, "coordinate": coordinate}
 
 
+def _npy_length(path: Path) -> int | None:
+    """Number of values a ``.npy`` file's header announces (None: not a readable .npy header)."""
+    import numpy as np
+
+    if path.suffix.lower() != ".npy" or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, _ = read(fh)  # the header only: no data is read
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, AttributeError):
+        return None  # load_signal reports the problem
+    return int(np.prod(shape, dtype=np.float64))
+
+
 def _check_fit(res, model: str, lr: float) -> None:
     """A diverged fit (NaN/inf loss or predictions) is an error, not ``null`` PSNRs."""
     import math
@@ -396,6 +412,10 @@ def fit_signal_cmd(
         if signal is None:
             sig, rescaled, source = image_rows(1, 512, seed=0)[0], False, "embedded: china.jpg row (512 samples)"
         else:
+            length = _npy_length(signal)
+            if length is not None:
+                check_budget(3 * 8.0 * length, limit, f"reading {length:,} samples from {str(signal)!r}",
+                             "the signal's length")
             (sig, rescaled), source = load_signal(signal), str(signal)
         n = sig.shape[0]
         def budget(out_dim: int) -> None:
