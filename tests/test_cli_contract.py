@@ -62,6 +62,8 @@ def test_debug_shows_the_traceback_and_bugs_are_not_swallowed(monkeypatch):
     (["sigma=1e308"], "sigma must be in"),
     (["sigma=1e-300"], "sigma must be in"),
     (["num_features=-3"], "num_features"),
+    (["device=meta"], "the CLI computes on the CPU"),
+    (["sigma=1e20"], "sigma must be in"),
 ])
 def test_set_values_are_validated_not_coerced(sets, fragment):
     args = ["analyze", "--num-points", "16"]

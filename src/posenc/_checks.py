@@ -53,17 +53,19 @@ def check_positive_float(name: str, value: Any, *, allow_zero: bool = False) -> 
     return value
 
 
-#: Widths (sigma, gamma, kernel_width, ...) outside ``[WIDTH_MIN, WIDTH_MAX]`` under- or
-#: overflow the arithmetic of the encodings (``1 / sigma**2``, ``sigma * frequency``).
-WIDTH_MIN, WIDTH_MAX = 1e-100, 1e100
+#: Widths and frequencies (sigma, gamma, kernel_width, max_freq, ...) outside
+#: ``[WIDTH_MIN, WIDTH_MAX]`` under- or overflow the encodings' float32 arithmetic
+#: (``1 / sigma**2``, ``sigma * randn * 2 pi x``); on the unit domain they are far
+#: beyond any meaningful scale (float64 resolves positions to ~1e-16).
+WIDTH_MIN, WIDTH_MAX = 1e-15, 1e15
 
 
 def check_width(name: str, value: Any) -> float:
     """Return ``float(value)`` if it is a finite number in ``[WIDTH_MIN, WIDTH_MAX]``."""
     value = check_positive_float(name, value)
     if not WIDTH_MIN <= value <= WIDTH_MAX:
-        raise ValueError(f"{name} must be in [{WIDTH_MIN:g}, {WIDTH_MAX:g}] (beyond it the encoding's arithmetic "
-                         f"under- or overflows), got {value:g}")
+        raise ValueError(f"{name} must be in [{WIDTH_MIN:g}, {WIDTH_MAX:g}] (beyond it the encoding's float32 "
+                         f"arithmetic under- or overflows), got {value:g}")
     return value
 
 

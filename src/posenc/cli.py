@@ -276,6 +276,12 @@ def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limi
         raise CliError(f"--set in_dim={settings['in_dim']} does not match the data's {in_dim} coordinate(s)")
     if "normalize" in params:
         settings.setdefault("normalize", True)
+    from posenc._checks import check_device
+
+    device = check_device("device", settings.get("device"))
+    if device is not None and device.type != "cpu":
+        raise CliError(f"--set device={device}: the CLI computes on the CPU (its data are CPU tensors); "
+                       "use the Python API for other devices")
     if "grid_size" in params and num_positions is not None:
         settings.setdefault("grid_size", num_positions if in_dim == 1 else (num_positions,) * in_dim)
     probe_settings = {**settings, "device": "meta"}

@@ -47,14 +47,20 @@ def test_extreme_widths_fail_at_construction(name, arg, value):
 
 
 def test_widths_at_the_edge_of_the_range_give_finite_features():
-    x = torch.rand(16, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    for name in ("gaussian", "rff"):
-        for value in (1e-100, 1e100):
-            feats = create_encoding(name, in_dim=1, sigma=value, normalize=True, dtype=torch.float64)(x)
-            assert torch.isfinite(feats).all(), (name, value)
-    # float32 cannot hold rff frequencies of 1e100: refused at construction, naming the buffer
-    with pytest.raises(ValueError, match="sigma=1e\\+100\\) give non-finite 'freqs'"):
-        create_encoding("rff", in_dim=1, sigma=1e100)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.rand(16, 1, generator=torch.Generator().manual_seed(0), dtype=dtype)
+        x[0, 0] = 0.5  # exactly on a Gaussian centre: 0 * (1 / sigma^2) must not be 0 * inf
+        for name, arg in (("gaussian", "sigma"), ("rff", "sigma"), ("triangle", "width"), ("linf", "max_freq")):
+            for value in (1e-15, 1e15):
+                if arg == "max_freq" and value < 1:
+                    continue
+                try:
+                    enc = create_encoding(name, in_dim=1, **{arg: value}, normalize=True, dtype=torch.float64)
+                except ValueError as err:  # e.g. no grid point near any centre: row scale undefined
+                    assert "non-finite 'scale'" in str(err), str(err)
+                    continue
+                feats = enc(x)  # float32 positions with float64 buffers too
+                assert torch.isfinite(feats).all(), (name, value, dtype)
 
 
 def test_product_mode_out_dim_is_bounded():
