@@ -105,7 +105,7 @@ def test_encodings_on_fuzzed_positions(name, x):
         assert out.shape == (*x.shape[:-1], enc.out_dim)
 
 
-BAD_VALUES = [math.nan, math.inf, -math.inf, -1, 0, 1e308, 1e-308, "x", True, None]
+BAD_VALUES = [math.nan, math.inf, -math.inf, -1, 0, 1e308, 1e-308, 1e20, 1e-20, "x", True, None]
 SKIP_ARGS = {"device", "dtype", "in_dim"}
 
 
@@ -127,8 +127,10 @@ def test_encoding_constructors_on_bad_numbers(name, arg):
             msg = str(err)
             assert arg in msg or "range" in msg or "pass" in msg, f"{name}({arg}={value!r}): {msg}"
             continue
-        # accepted: it must give finite features on valid positions (or refuse the positions cleanly)
+        # accepted: it must give finite features on valid positions (or refuse the positions cleanly),
+        # float32 positions included (computed in float32 against float64 buffers)
         check_contract(lambda: enc(x), ("positions",), inputs_ok=True)
+        check_contract(lambda: enc(x.float()), ("positions",), inputs_ok=True)
 
 
 # --------------------------------------------------------------------------- attention
