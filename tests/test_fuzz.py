@@ -272,3 +272,25 @@ def test_bad_cli_invocations(args):
 def test_bad_cli_files(tmp_path):
     for args in _bad_files(tmp_path).values():
         one_error_line(args)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(pq=tensors(shape=(1, 2, 6, 3), dtypes=FLOATS), pk=tensors(shape=(1, 2, 6, 3), dtypes=FLOATS + [torch.int64]),
+       v=tensors(shape=(1, 2, 6, 2), dtypes=FLOATS), zero_keys=st.booleans(), causal=st.booleans())
+def test_decay_and_alibi_attention_fuzz(pq, pk, v, zero_keys, causal):
+    from posenc.attention.alibi import alibi_kernelized_attention, alibi_slopes
+    from posenc.attention.decay import decay_kernelized_attention
+
+    if zero_keys and pk.device.type != "meta":
+        pk = torch.zeros_like(pk)
+    ok = all(is_clean_finite(t) for t in (pq, pk, v))
+    a = torch.full((2, 1), 1.0, dtype=torch.float64)
+    lam = torch.full((2, 1), 0.5, dtype=torch.float64)
+    fut = None if causal else (a, lam)
+    names = ("phi_q", "phi_k", "v")
+    absq = pq.abs() if pq.is_floating_point() else pq
+    absk = pk.abs() if pk.is_floating_point() else pk
+    check_contract(lambda: decay_kernelized_attention(absq, absk, v, a.to(v.dtype), lam.to(v.dtype), fut),
+                   names, inputs_ok=ok)
+    check_contract(lambda: alibi_kernelized_attention(absq, absk, v, alibi_slopes(2).to(v.dtype), causal=causal),
+                   names, inputs_ok=ok)
