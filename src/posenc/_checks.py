@@ -53,6 +53,22 @@ def check_positive_float(name: str, value: Any, *, allow_zero: bool = False) -> 
     return value
 
 
+#: Widths and frequencies (sigma, gamma, kernel_width, max_freq, ...) outside
+#: ``[WIDTH_MIN, WIDTH_MAX]`` under- or overflow the encodings' float32 arithmetic
+#: (``1 / sigma**2``, ``sigma * randn * 2 pi x``); on the unit domain they are far
+#: beyond any meaningful scale (float64 resolves positions to ~1e-16).
+WIDTH_MIN, WIDTH_MAX = 1e-15, 1e15
+
+
+def check_width(name: str, value: Any) -> float:
+    """Return ``float(value)`` if it is a finite number in ``[WIDTH_MIN, WIDTH_MAX]``."""
+    value = check_positive_float(name, value)
+    if not WIDTH_MIN <= value <= WIDTH_MAX:
+        raise ValueError(f"{name} must be in [{WIDTH_MIN:g}, {WIDTH_MAX:g}] (beyond it the encoding's float32 "
+                         f"arithmetic under- or overflows), got {value:g}")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
@@ -88,19 +104,71 @@ def check_floating(name: str, x: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
 
 
+def check_has_data(name: str, x: torch.Tensor) -> None:
+    """Raise if ``x`` is on the ``meta`` device (shapes only: no values to check or compute with)."""
+    if x.is_meta:
+        raise ValueError(f"{name} is on the 'meta' device (it has a shape but no values); pass a tensor with data")
+
+
 def check_finite(name: str, x: torch.Tensor) -> None:
-    """Raise if ``x`` holds NaN or infinity (skipped under torch.compile)."""
+    """Raise if ``x`` holds NaN or infinity (skipped under torch.compile).
+
+    A ``meta`` tensor has no values: it is refused with a ValueError naming ``name``.
+    """
     if _compiling():
         return
+    check_has_data(name, x)
     if x.is_floating_point() and not bool(torch.isfinite(x.detach()).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf)")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (``"maybe"``, 0/1 and None are refused, not coerced)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def check_device(name: str, device: Any) -> torch.device | None:
+    """Return ``torch.device(device)`` if this machine can allocate there (None passes through).
+
+    Raises:
+        ValueError: not a device string/object, or a device this build or machine lacks
+            (``"cuda"`` on a CPU-only build, ``"bogus"``).
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name} must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
+    if dev.type in ("cpu", "meta"):
+        return dev
+    try:
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{name}={device!r} is not available on this machine ({first})") from None
+    return dev
+
+
+def check_float_dtype(name: str, dtype: Any, *, allow_none: bool = True) -> torch.dtype | None:
+    """Return ``dtype`` if it is a floating-point ``torch.dtype`` (or None when allowed)."""
+    if dtype is None and allow_none:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a floating-point torch.dtype such as torch.float32, got {dtype!r}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype such as torch.float32, got {dtype}")
+    return dtype
 
 
 def check_in_domain(name: str, x: torch.Tensor, low: float, high: float, *, tol: float = 1e-6) -> None:
     """Raise if any entry of ``x`` lies outside ``[low, high]`` (up to ``tol`` of the width)."""
     if _compiling() or x.numel() == 0:
         return
+    check_has_data(name, x)
     slack = tol * (high - low)
     lo, hi = float(x.detach().min()), float(x.detach().max())
     if lo < low - slack or hi > high + slack:

@@ -357,6 +357,8 @@ def suggest_bandwidth(
     h = 1.0 / num_samples
     if bounds is None:
         bounds = (h / 64.0, 64.0 * h) if smooth else (max(1e-3, 1.0 / (64.0 * h) / 64.0), 64.0 / h)
+        if param == "max_freq":  # the Fourier encodings' lowest frequency is 1: max_freq >= 1
+            bounds = (max(1.0, bounds[0]), max(2.0, bounds[1]))
     def gap(v: float) -> float:
         sr_norm, neighbour = measures(v)
         return sr_norm - neighbour

@@ -1,8 +1,13 @@
 """The ``posenc`` command: thin — parse, call the library, print.
 
 Numbers go to stdout (a rich table, or one JSON object with ``--json``);
-progress bars and errors go to stderr. A bad argument or input file ends with
-one line on stderr and exit code 2, never a traceback.
+progress bars and errors go to stderr. A bad argument or input file (including
+a usage error: unknown option or command, a value of the wrong type) ends with
+one ``error: ...`` line on stderr and exit code 2, never a traceback; so does
+a command whose estimated memory exceeds ``--max-memory`` (checked before any
+work starts) and a fit that diverged. Any other exception is a bug and shows
+its traceback; ``posenc --debug COMMAND`` shows the traceback of bad-input
+errors too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,43 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import posenc
+from typer.core import TyperGroup
+
+#: Exceptions that come from bad input (arguments, files, resources) and end in one
+#: ``error:`` line with exit code 2. Library validation raises ValueError/TypeError
+#: naming the argument; OSError covers the user's paths (missing, a directory, under
+#: a regular file, unwritable); EOFError a truncated file.
+BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, TypeError, OSError, EOFError)
+
+_state = {"debug": False}
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else err.__class__.__name__
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors (unknown option or command, a bad value) as one ``error:`` line, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            sys.stderr.write("error: aborted\n")
+            sys.exit(1)
+        except typer.TyperException as err:  # typer's (vendored click's) usage errors
+            ctx = getattr(err, "ctx", None)
+            if type(err).__name__ == "NoArgsIsHelpError":  # the help is already printed
+                sys.exit(2)
+            message = err.format_message() if hasattr(err, "format_message") else str(err)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            sys.stderr.write(f"error: {_one_line(Exception(message))}{hint}\n")
+            sys.exit(2)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
 
 app = typer.Typer(
     name="posenc",
@@ -26,6 +68,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=_OneLineErrors,
 )
 out_console = Console()
 err_console = Console(stderr=True)
@@ -52,8 +95,12 @@ def _main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of errors instead of one line.")
+    ] = False,
 ) -> None:
     """posenc: positional encodings, their theory, and reproductions of six papers."""
+    _state["debug"] = debug
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -73,14 +120,35 @@ def _parse_value(text: str) -> Any:
     return text
 
 
+#: ``--set`` keys whose value names a torch dtype (``float16``, ``torch.float64``).
+DTYPE_KEYS = ("dtype", "compute_dtype")
+
+
+def _parse_dtype(key: str, text: Any) -> Any:
+    import torch
+
+    name = str(text).removeprefix("torch.")
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise CliError(f"--set {key}= must name a torch dtype such as float32 or float64, got {text!r}")
+    return value
+
+
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
-    """``["sigma=0.01", "num_features=512"]`` -> ``{"sigma": 0.01, "num_features": 512}``."""
+    """``["sigma=0.01", "num_features=512"]`` -> ``{"sigma": 0.01, "num_features": 512}``.
+
+    ``true``/``false`` become bools, numbers ints or floats, ``a,b`` tuples,
+    ``dtype=float16`` a ``torch.dtype``; a key given twice takes the last value;
+    any other text stays a string, for the
+    encoding to accept or refuse (``normalize=maybe`` is refused there, not coerced).
+    """
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise CliError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = _parse_value(value.strip())
+        key = key.strip()  # a key given twice: the last value wins
+        out[key] = _parse_dtype(key, value.strip()) if key in DTYPE_KEYS else _parse_value(value.strip())
     return out
 
 
@@ -100,8 +168,12 @@ def _emit(payload: dict, as_json: bool, title: str) -> None:
 
 @contextmanager
 def _progress(description: str, total: int, enabled: bool = True):
-    """Yield ``update(done, total)``; the bar is drawn on stderr, and vanishes when done."""
-    if not enabled:
+    """Yield ``update(done, total)``; the bar is drawn on stderr, and vanishes when done.
+
+    Only on a terminal: elsewhere (a pipe, a log file, a test) rich would leave a
+    blank line behind, before an ``error:`` line for instance.
+    """
+    if not enabled or not err_console.is_terminal:
         yield lambda done, total: None
         return
     with Progress(
@@ -116,35 +188,165 @@ def _progress(description: str, total: int, enabled: bool = True):
         yield update
 
 
+def _fail(err: BaseException) -> None:
+    sys.stderr.write(f"error: {_one_line(err)}\n")
+    raise typer.Exit(code=2)
+
+
 def _run(fn, *args, **kwargs):
+    """Call ``fn``; a bad-input exception (:data:`BAD_INPUT`, :class:`CliError`, out of
+    memory) becomes one ``error:`` line and exit code 2. Anything else propagates (a bug)."""
     try:
         return fn(*args, **kwargs)
-    except (CliError, ValueError, TypeError, FileNotFoundError, IsADirectoryError, PermissionError) as err:
-        msg = str(err).splitlines()[0] if str(err) else err.__class__.__name__
-        sys.stderr.write(f"error: {msg}\n")
-        raise typer.Exit(code=2) from None
+    except (CliError, *BAD_INPUT, MemoryError) as err:
+        if _state["debug"]:
+            raise
+        _fail(err)
+    except RuntimeError as err:  # torch's CPU allocator reports exhaustion as a RuntimeError
+        if _state["debug"] or "can't allocate memory" not in str(err):
+            raise
+        _fail(MemoryError(f"out of memory ({_one_line(err)}); lower the sizes or --max-memory"))
 
 
-def _make_encoding(name: str, settings: dict, in_dim: int, train_samples: int | None = None):
-    """Build the encoding; when its width is not given, take ``suggest_bandwidth``'s proposal.
+MaxMemoryOpt = Annotated[
+    Optional[str],
+    typer.Option("--max-memory", help="Refuse to start when the estimated peak memory exceeds this "
+                 "(e.g. 4G, 512M; default: half of the memory available now)."),
+]
 
-    Returns ``(encoding, suggested)`` where ``suggested`` is the proposed width or None.
+
+def _memory_limit(text: str | None) -> int:
+    from posenc._resources import default_limit, parse_bytes
+
+    return default_limit() if text is None else parse_bytes(text)
+
+
+def _check_output(option: str, path: Path | None, suffixes: dict | None = None) -> None:
+    """Refuse an output path before any work: under a regular file, a directory, a bad suffix."""
+    if path is None:
+        return
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise CliError(f"{option} {str(path)!r}: {str(parent)!r} is a file, not a directory")
+    if path.is_dir():
+        raise CliError(f"{option} {str(path)!r} is a directory; give a file name")
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise CliError(f"{option} {str(path)!r} must end in one of {', '.join(sorted(suffixes))} "
+                       "(the format to write)")
+
+
+def _index_domain(enc, num_points: int):
+    """Wrap an encoding of index positions (no ``domain``) so the 1D analyses sample ``0..num_points-1``."""
+    import torch
+
+    class IndexPositions(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoding, self.in_dim, self.domain = enc, enc.in_dim, (0.0, float(num_points))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.encoding(x)
+
+    return IndexPositions()
+
+
+def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limit: int,
+                   train_samples: int | None = None, num_positions: int | None = None, budget=None):
+    """Build the encoding for ``command``; when its width is not given, take ``suggest_bandwidth``'s proposal.
+
+    ``normalize=True`` is the default only for encodings that take ``normalize``.
+    Encodings without a coordinate ``domain`` get index positions (``0 .. n-1``).
+    The encoding is first built on the ``meta`` device (no memory) to read its
+    ``out_dim`` and parameter count, which are checked against ``limit``; fit
+    commands refuse encodings with trainable parameters (they would stay at their
+    random initialisation: the fit trains only the model on top). ``budget(out_dim)``,
+    when given, checks the command's own estimate before any real work.
+
+    Returns ``(encoding, suggested, info)``: the encoding (in eval mode), the
+    proposed width or None, and ``{"out_dim", "params", "positions"}``.
     """
+    from posenc._resources import check_budget, encoding_bytes, suggest_bytes
     from posenc.analysis import suggest_bandwidth
-    from posenc.encodings import create_encoding, encoding_class
+    from posenc.encodings import create_encoding, encoding_class, encoding_parameters
 
+    params = encoding_parameters(name)  # ValueError naming the known encodings
     settings = dict(settings)
     settings.setdefault("in_dim", in_dim)
-    settings.setdefault("normalize", True)
     if settings["in_dim"] != in_dim:
         raise CliError(f"--set in_dim={settings['in_dim']} does not match the data's {in_dim} coordinate(s)")
+    if "normalize" in params:
+        settings.setdefault("normalize", True)
+    from posenc._checks import check_device
+
+    device = check_device("device", settings.get("device"))
+    if device is not None and device.type != "cpu":
+        raise CliError(f"--set device={device}: the CLI computes on the CPU (its data are CPU tensors); "
+                       "use the Python API for other devices")
+    if "grid_size" in params and num_positions is not None:
+        settings.setdefault("grid_size", num_positions if in_dim == 1 else (num_positions,) * in_dim)
+    probe_settings = {**settings, "device": "meta"}
+    if "normalize" in params:
+        probe_settings["normalize"] = False
+    probe = create_encoding(name, **probe_settings)
+    out_dim, numel = probe.out_dim, sum(t.numel() for t in [*probe.parameters(), *probe.buffers()])
+    check_budget(encoding_bytes(numel, out_dim, bool(settings.get("normalize", False))), limit,
+                 f"the encoding {name!r} (out_dim={out_dim:,}, {numel:,} parameters and buffers)",
+                 "num_features (or mode, grid_size)")
+    if budget is not None:
+        budget(out_dim)
+    trainable = [n for n, p in probe.named_parameters() if p.requires_grad]
+    if command.startswith("fit-") and trainable:
+        hint = " or --set learnable_freqs=false --set use_mlp=false" if "learnable_freqs" in params else ""
+        raise CliError(f"encoding {name!r} has trainable parameters ({', '.join(trainable[:3])}) that {command} "
+                       f"would leave at their random initialisation (it trains only the model on top); use a "
+                       f"fixed encoding{hint}")
+    if command == "analyze" and trainable and encoding_class(name).__dict__.get("positions_kind") == "index":
+        raise CliError(f"encoding {name!r} is a table of trainable vectors, random until trained: "
+                       "analyze has nothing to measure")
+    coordinate = hasattr(probe, "domain")
     suggested = None
     param = encoding_class(name).width_param
-    if train_samples is not None and param is not None and param not in settings:
+    if (train_samples is not None and coordinate and param is not None and param not in settings
+            and "kernel_width" not in settings):
+        check_budget(suggest_bytes(train_samples, out_dim), limit,
+                     f"suggest_bandwidth for {train_samples:,} samples (out_dim={out_dim:,})", "the sizes or num_features")
         extra = {k: v for k, v in settings.items() if k in ("num_features", "seed")}
-        suggested = suggest_bandwidth(train_samples, name, **extra)["value"]
+        try:
+            suggested = suggest_bandwidth(train_samples, name, **extra)["value"]
+        except ValueError as err:
+            raise CliError(f"suggest_bandwidth found no {param} for {name!r} with {train_samples} training samples "
+                           f"per axis ({_one_line(err)}); pass --set {param}=VALUE") from None
         settings[param] = suggested
-    return create_encoding(name, **settings), suggested
+    enc = create_encoding(name, **settings).eval()  # eval: CAPE does not augment
+    return enc, suggested, {"out_dim": out_dim, "coordinate": coordinate}
+
+
+def _npy_length(path: Path) -> int | None:
+    """Number of values a ``.npy`` file's header announces (None: not a readable .npy header)."""
+    import numpy as np
+
+    if path.suffix.lower() != ".npy" or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, _ = read(fh)  # the header only: no data is read
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, AttributeError):
+        return None  # load_signal reports the problem
+    return int(np.prod(shape, dtype=np.float64))
+
+
+def _check_fit(res, model: str, lr: float) -> None:
+    """A diverged fit (NaN/inf loss or predictions) is an error, not ``null`` PSNRs."""
+    import math
+
+    values = [res.train_mse, res.test_mse]
+    if all(v is not None and math.isfinite(v) for v in values) and (
+            res.predictions is None or bool(res.predictions.isfinite().all())):
+        return
+    how = f"lower --lr (now {lr:g})" if model != "lstsq" else "add --ridge or use fewer features"
+    raise CliError(f"the fit diverged: the {model} model's error is not finite (train MSE {res.train_mse}); {how}")
 
 
 def _check_model(model: str) -> str:
@@ -191,37 +393,54 @@ def fit_signal_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the model initialisation.")] = 0,
     ridge: Annotated[float, typer.Option(help="lstsq: Tikhonov weight relative to the largest eigenvalue (0 = minimum-norm, as in the paper).")] = 0.0,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 2,
+    max_memory: MaxMemoryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit a 1D signal from its even samples and test on the odd ones.
 
     Without --set for the encoding's width (sigma, width, max_freq), the width
     proposed by suggest_bandwidth for the number of training samples is used.
+    Encodings without a coordinate domain (sinusoidal, cape) see sample indices.
     """
 
     def go() -> dict:
         import torch
 
+        from posenc._resources import analysis_bytes, check_budget, fit_bytes
         from posenc.analysis import distance_preservation, embedding_matrix, similarity_profile, stable_rank
         from posenc.data.signals import image_rows, load_signal
         from posenc.models.coordinate import fit_coordinates
         from posenc.positions import grid_1d
 
         _check_model(model)
+        limit = _memory_limit(max_memory)
         torch.set_num_threads(max(1, threads))
         if signal is None:
             sig, rescaled, source = image_rows(1, 512, seed=0)[0], False, "embedded: china.jpg row (512 samples)"
         else:
+            length = _npy_length(signal)
+            if length is not None:
+                check_budget(3 * 8.0 * length, limit, f"reading {length:,} samples from {str(signal)!r}",
+                             "the signal's length")
             (sig, rescaled), source = load_signal(signal), str(signal)
         n = sig.shape[0]
-        enc, suggested = _make_encoding(encoding, parse_sets(sets), 1, train_samples=(n + 1) // 2)
-        x = grid_1d(n, enc.domain if hasattr(enc, "domain") else (0.0, 1.0), dtype=torch.float32)
+        def budget(out_dim: int) -> None:
+            check_budget(fit_bytes((n + 1) // 2, n, out_dim, 1, model) + analysis_bytes(n, out_dim), limit,
+                         f"fit-signal on {n:,} samples with out_dim={out_dim:,} ({model})",
+                         "num_features or the signal's length")
+
+        enc, suggested, info = _make_encoding(encoding, parse_sets(sets), 1, command="fit-signal", limit=limit,
+                                              train_samples=(n + 1) // 2, num_positions=n, budget=budget)
+        domain = enc.domain if info["coordinate"] else (0.0, float(n))
+        x = grid_1d(n, domain, dtype=torch.float32)
         y = sig.to(torch.float32)
         with _progress(f"fit {encoding} ({model})", iters, not as_json) as update:
             res = fit_coordinates(enc, x[::2], y[::2], x[1::2], y[1::2], model, iters=iters, lr=lr, seed=seed,
                                   ridge=ridge, progress=update)
-        psi = embedding_matrix(enc, n)
-        disp, sim = similarity_profile(enc, n)
+        _check_fit(res, model, lr)
+        probe = enc if info["coordinate"] else _index_domain(enc, n)
+        psi = embedding_matrix(probe, n)
+        disp, sim = similarity_profile(probe, n)
         return {
             "signal": source, "samples": n, "rescaled_to_unit_range": rescaled, "encoding": encoding,
             "encoding_repr": repr(enc), "width_from_suggest_bandwidth": suggested is not None, "model": model,
@@ -235,7 +454,7 @@ def fit_signal_cmd(
 
 @app.command("fit-image")
 def fit_image_cmd(
-    image: Annotated[Optional[Path], typer.Argument(help="A PNG/JPEG file (default: the embedded china.jpg).")] = None,
+    image: Annotated[Optional[Path], typer.Argument(help="An image file (default: the embedded china.jpg).")] = None,
     encoding: EncodingOpt = "gaussian",
     sets: SetOpt = None,
     model: Annotated[str, typer.Option(help="linear | mlp | lstsq")] = "mlp",
@@ -244,43 +463,63 @@ def fit_image_cmd(
     iters: Annotated[int, typer.Option(help="Adam steps (linear, mlp); the paper uses 2000.")] = 500,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the model initialisation.")] = 0,
-    save: Annotated[Optional[Path], typer.Option(help="Write the full reconstruction as PNG here.")] = None,
+    save: Annotated[Optional[Path], typer.Option(help="Write the full reconstruction here (.png, .jpg, .bmp, .tif, .webp: the suffix picks the format).")] = None,
     ridge: Annotated[float, typer.Option(help="lstsq: Tikhonov weight relative to the largest eigenvalue (0 = minimum-norm).")] = 0.0,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 2,
+    max_memory: MaxMemoryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit an image from its [::2, ::2] pixels and test on the other three quarters.
 
     Without --set for the encoding's width, suggest_bandwidth's proposal for
-    size/2 samples per axis is used.
+    size/2 samples per axis is used. Pixel values are read by bit depth (8-bit,
+    16-bit, float) into [0, 1]; alpha is discarded.
     """
 
     def go() -> dict:
         import torch
 
-        from posenc.data.images import load_image, sample_image, save_image
+        from posenc._resources import check_budget, fit_bytes
+        from posenc.data.images import SAVE_FORMATS, image_size, load_image, sample_image, save_image
         from posenc.models.coordinate import fit_coordinates
         from posenc.positions import grid, subsample_mask
 
         _check_model(model)
+        _check_output("--save", save, SAVE_FORMATS)
         if size < 4:
             raise CliError(f"--size must be >= 4, got {size}")
+        limit = _memory_limit(max_memory)
+        channels = 1 if grayscale else 3
+        if image is not None:
+            w, h = image_size(image)
+            check_budget(8.0 * w * h * 4 * 3, limit, f"reading the {w}x{h} image {str(image)!r}", "the image's size")
+        settings = parse_sets(sets)
+        params = _encoding_params(encoding)
+        if "num_features" in params:
+            settings.setdefault("num_features", 256)
+        # the width is suggested per axis: size / 2 training samples along each
+        def budget(out_dim: int) -> None:
+            n_train = ((size + 1) // 2) ** 2
+            check_budget(fit_bytes(n_train, size * size, out_dim, channels, model) + 8.0 * size * size * 8, limit,
+                         f"fit-image at --size {size:,} with out_dim={out_dim:,} ({model})",
+                         "--size, num_features or mode")
+
+        enc, suggested, info = _make_encoding(encoding, settings, 2, command="fit-image", limit=limit,
+                                              train_samples=(size + 1) // 2, num_positions=size, budget=budget)
         torch.set_num_threads(max(1, threads))
         if image is None:
             img, source = sample_image("china", size=size, grayscale=grayscale), "embedded: china.jpg"
         else:
             img, source = load_image(image, size=size, grayscale=grayscale), str(image)
-        settings = parse_sets(sets)
-        settings.setdefault("num_features", 256)
-        # the width is suggested per axis: size / 2 training samples along each
-        enc, suggested = _make_encoding(encoding, settings, 2, train_samples=(size + 1) // 2)
-        pos = grid((size, size), dtype=torch.float32)
+        domain = enc.domain if info["coordinate"] else (0.0, float(size))
+        pos = grid((size, size), domain=domain, dtype=torch.float32)
         mask = subsample_mask((size, size), 2)
         y = img.to(torch.float32)
         with _progress(f"fit {encoding} ({model})", iters, not as_json) as update:
             res = fit_coordinates(enc, pos[mask], y[mask], pos[~mask], y[~mask], model, iters=iters, lr=lr,
                                   seed=seed, ridge=ridge, predict_x=pos.reshape(-1, 2) if save else None,
                                   progress=update)
+        _check_fit(res, model, lr)
         if save is not None:
             save_image(save, res.predictions.reshape(size, size, -1))
         return {
@@ -293,6 +532,12 @@ def fit_image_cmd(
     _emit(_run(go), as_json, "fit-image")
 
 
+def _encoding_params(name: str) -> dict:
+    from posenc.encodings import encoding_parameters
+
+    return encoding_parameters(name)
+
+
 @app.command("analyze")
 def analyze_cmd(
     encoding: EncodingOpt = "gaussian",
@@ -301,28 +546,49 @@ def analyze_cmd(
     threshold: Annotated[float, typer.Option(help="Similarity threshold of the distance-preservation width.")] = 0.1,
     suggest: Annotated[Optional[int], typer.Option(help="Also suggest a width for this many training samples.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Save the similarity profile and spectrum as PNG.")] = None,
+    max_memory: MaxMemoryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Stable rank and distance preservation of a 1D encoding (no training)."""
+    """Stable rank and distance preservation of a 1D encoding (no training).
+
+    Coordinate encodings are sampled over their domain; encodings of index
+    positions (sinusoidal, cape, lff, coord_mlp) at 0 .. num_points-1.
+    """
 
     def go() -> dict:
         import torch
 
+        from posenc._resources import analysis_bytes, check_budget, suggest_bytes
         from posenc.analysis import distance_preservation, embedding_matrix, similarity_profile, stable_rank, suggest_bandwidth
 
         if num_points < 2:
             raise CliError(f"--num-points must be >= 2, got {num_points}")
+        _check_output("--plot", plot, {".png": "PNG"})
+        limit = _memory_limit(max_memory)
         settings = parse_sets(sets)
-        enc, _ = _make_encoding(encoding, settings, 1)
-        psi = embedding_matrix(enc, num_points)
-        disp, sim = similarity_profile(enc, num_points)
+        def budget(out_dim: int) -> None:
+            check_budget(analysis_bytes(num_points, out_dim), limit,
+                         f"analyze at --num-points {num_points:,} with out_dim={out_dim:,}",
+                         "--num-points or num_features")
+
+        enc, _, info = _make_encoding(encoding, settings, 1, command="analyze", limit=limit,
+                                      num_positions=num_points, budget=budget)
+        if suggest is not None:
+            if not info["coordinate"] or enc.width_param is None:
+                raise CliError(f"--suggest needs a coordinate encoding with a width parameter; {encoding!r} has none")
+            check_budget(suggest_bytes(suggest, info["out_dim"]), limit,
+                         f"--suggest {suggest:,} with out_dim={info['out_dim']:,}", "--suggest or num_features")
+        probe = enc if info["coordinate"] else _index_domain(enc, num_points)
+        psi = embedding_matrix(probe, num_points)
+        disp, sim = similarity_profile(probe, num_points)
         payload: dict[str, Any] = {
             "encoding": encoding, "encoding_repr": repr(enc), "num_points": num_points,
+            "positions": "domain" if info["coordinate"] else f"indices 0..{num_points - 1}",
             "stable_rank": stable_rank(psi), "dp_width": distance_preservation(disp, sim, threshold),
             "threshold": threshold,
         }
         if suggest is not None:
-            kwargs = {k: v for k, v in settings.items() if k not in ("normalize", enc.width_param)}
+            kwargs = {k: v for k, v in settings.items() if k not in ("normalize", enc.width_param, "kernel_width")}
             payload["suggestion"] = suggest_bandwidth(suggest, encoding, **kwargs)
         if plot is not None:
             import matplotlib
@@ -371,17 +637,25 @@ def reproduce_cmd(
         import torch
 
         from posenc.report.registry import available_sections
-        from posenc.report.runner import plan_jobs, reproduce
+        from posenc.report.runner import parse_shard, plan_jobs, reproduce
 
         torch.set_num_threads(max(1, threads))
         names = list(sections or available_sections())
+        part = parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
         if list_jobs:
-            return {name: [{"key": j.key, "config": j.config_dict()} for j in plan_jobs(name, profile, seeds)]
+            # the jobs of shard i/n are every n-th planned job from the (i-1)-th, as the runner runs them
+            return {name: [{"key": j.key, "config": j.config_dict()}
+                           for j in (lambda jobs: jobs if part is None else jobs[part[0]::part[1]])(
+                               plan_jobs(name, profile, seeds))]
                     for name in names}
+        if out is not None:
+            for parent in (out, *out.parents):
+                if parent.exists() and not parent.is_dir():
+                    raise CliError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a directory")
         state = {"bar": None, "task": None}
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-            TimeElapsedColumn(), console=err_console, transient=False,
+            TimeElapsedColumn(), console=err_console, transient=False, disable=not err_console.is_terminal,
         ) as bar:
             def progress(section: str, key: str, done: float, total: float, skipped: bool) -> None:
                 if state["task"] is None or state["bar"] != section:

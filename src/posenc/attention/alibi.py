@@ -136,15 +136,18 @@ def alibi_kernelized_attention(
     *,
     causal: bool = False,
     key_padding_mask: torch.Tensor | None = None,
+    check_inputs: bool = True,
 ) -> torch.Tensor:
     """Linear attention with ALiBi, ``z_i = sum_j e^{-m|i-j|} (phi_q_i . phi_k_j) v_j / sum_j (...)``.
 
     ``phi_q, phi_k (B, H, n, m)``, ``v (B, H, n, d)`` -> ``(B, H, n, d)`` in O(n) time
     (chunkwise decay recurrence, exact for this bias). See the module docstring for
-    how this differs from softmax ALiBi.
+    how this differs from softmax ALiBi. ``check_inputs``: refuse NaN/inf inputs (see
+    :func:`~posenc.attention.decay.decay_kernelized_attention`).
     """
     a, lam, fut = alibi_decay_terms(slopes.to(v.dtype), causal=causal)
-    return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask)
+    return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask,
+                                      check_inputs=check_inputs)
 
 
 def alibi_decoder(slopes: torch.Tensor, batch: int, num_features: int, head_dim: int) -> DecayDecoder:

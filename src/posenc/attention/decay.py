@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc._checks import check_finite, check_positive_int
-from posenc.attention.kernelized import _vv, check_key_padding_mask, check_qkv
+from posenc.attention.kernelized import _vv, check_all_finite, check_key_padding_mask, check_qkv, safe_ratio
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
@@ -259,6 +259,7 @@ def decay_kernelized_attention(
     chunk: int = DEFAULT_ATTENTION_CHUNK,
     checkpoint: bool = False,
     block_bytes: int | None = None,
+    check_inputs: bool = True,
 ) -> torch.Tensor:
     """Eq. 10 of Luo et al. with a decay-family RPE, in the chunkwise-parallel form.
 
@@ -291,16 +292,22 @@ def decay_kernelized_attention(
             needs no recomputation).
         block_bytes: heads are processed in groups whose largest temporaries stay near
             this size (default 32 MiB); None = default.
+        check_inputs: refuse NaN/inf in ``phi_q``, ``phi_k``, ``v`` (one pass over each;
+            False in hot loops whose inputs are known to be finite). A query whose keys
+            all have zero weight gets 0, never NaN.
 
     Returns:
         ``(B, H, n, d)``.
     """
     del checkpoint
     check_qkv(phi_q, phi_k, v, names=("phi_q", "phi_k", "v"))
+    check_all_finite(check_inputs, phi_q=phi_q, phi_k=phi_k, v=v)
     B, H, n, m = phi_q.shape
     if phi_k.shape[-2] != n:
         raise ValueError(f"the decay RPE needs n_q == n_k, got {n} and {phi_k.shape[-2]}")
     check_positive_int("chunk", chunk, minimum=2)
+    if block_bytes is not None:
+        check_positive_int("block_bytes", block_bytes)
     _check_terms("past", amplitudes, rates, H)
     if future is not None:
         _check_terms("future", *future, H)
@@ -370,7 +377,7 @@ def _chunkwise(
     nd = nd.reshape(B, H, K * C, e)
     if pad:  # padded query rows are dropped before dividing (their denominators are 0)
         nd = nd[:, :, :n]
-    return nd[..., :d] / nd[..., d:]
+    return safe_ratio(nd[..., :d], nd[..., d:])
 
 
 class DecayDecoder:
@@ -395,4 +402,4 @@ class DecayDecoder:
         upd = phi_k[:, :, None, :, None] * _vv(v)[:, :, None, None, :]
         self.state = self.gamma[None, :, :, None, None] * self.state + upd
         nd = torch.einsum("bhm,hr,bhrme->bhe", phi_q, self.amplitudes, self.state)
-        return nd[..., :-1] / nd[..., -1:]
+        return safe_ratio(nd[..., :-1], nd[..., -1:])

@@ -29,9 +29,18 @@ from __future__ import annotations
 
 import torch
 
-from posenc._checks import check_choice, check_finite, check_floating, check_tensor
+from posenc._checks import (
+    _compiling,
+    check_choice,
+    check_finite,
+    check_float_dtype,
+    check_floating,
+    check_positive_int,
+    check_tensor,
+)
 from posenc.attention.toeplitz import (
     DEFAULT_BLOCK_BYTES,
+    _pow2_scale,
     causal_coeffs,
     check_coeffs,
     circulant_kernel,
@@ -70,6 +79,35 @@ def rpe_coeffs(bias: torch.Tensor, n_q: int, causal: bool = False) -> torch.Tens
         bias = bias.masked_fill(future, float("-inf"))
     top = bias.amax(-1, keepdim=True).detach()
     return torch.exp(bias - top)
+
+
+def safe_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` with ``den == 0`` replaced by 1.
+
+    A query whose every key has zero weight (all-zero key features, all-zero
+    coefficients, or every key masked) has ``num = den = 0``: its output is 0,
+    never ``0/0 = NaN``.
+    """
+    return num / torch.where(den == 0, torch.ones_like(den), den)
+
+
+def check_all_finite(check_inputs: bool, **tensors: torch.Tensor | None) -> None:
+    """``check_finite`` on each named tensor when ``check_inputs`` (None entries skipped)."""
+    if not check_inputs:
+        return
+    for name, t in tensors.items():
+        if t is not None:
+            check_finite(name, t)
+
+
+def check_output(check_inputs: bool, z: torch.Tensor, what: str) -> torch.Tensor:
+    """Raise a ValueError when finite inputs gave a non-finite result (overflow)."""
+    if check_inputs and not _compiling() and not z.is_meta and not bool(torch.isfinite(z.detach()).all()):
+        raise ValueError(
+            f"{what}: the result overflows {z.dtype} although every input is finite; pass "
+            "compute_dtype=torch.float64 or rescale the inputs"
+        )
+    return z
 
 
 def _vv(v: torch.Tensor) -> torch.Tensor:
@@ -125,6 +163,7 @@ class KernelizedRPEFunction(torch.autograd.Function):
                 del Af
                 num_den[g, f0:f1] += (D.view(a1 - a0, f1 - f0, n_q) * pqT[a0:a1, None, :]).sum(0)
         den = num_den[:, d]
+        den = torch.where(den == 0, torch.ones_like(den), den)  # zero-weight rows: z = 0, not NaN
         z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
         ctx.save_for_backward(phi_q, phi_k, v, coeffs, z, den)
         ctx.length, ctx.blocks = length, blocks
@@ -180,14 +219,14 @@ def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
     s = phi_q @ phi_k.transpose(-1, -2)
     if coeffs is not None:
         s = s * toeplitz_dense(coeffs, n_q, n_k)
-    return (s @ v) / s.sum(-1, keepdim=True)
+    return safe_ratio(s @ v, s.sum(-1, keepdim=True))
 
 
 def _linear_causal(phi_q, phi_k, v):
     """Causal kernelized attention without RPE by prefix sums (Katharopoulos et al. 2020)."""
     kv = torch.cumsum(phi_k[..., :, None] * _vv(v)[..., None, :], dim=-3)
     nd = torch.einsum("...im,...ime->...ie", phi_q, kv)
-    return nd[..., :-1] / nd[..., -1:]
+    return safe_ratio(nd[..., :-1], nd[..., -1:])
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, names=("q", "k", "v")) -> None:
@@ -238,6 +277,7 @@ def kernelized_attention(
     method: str = "auto",
     compute_dtype: torch.dtype | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    check_inputs: bool = True,
 ) -> torch.Tensor:
     """Kernelized attention with a Toeplitz RPE (Luo et al. 2021, Eq. 10).
 
@@ -254,12 +294,24 @@ def kernelized_attention(
         compute_dtype: accumulate in this dtype (e.g. ``torch.float64``), cast back.
             Half-precision inputs (float16, bfloat16) are computed in float32.
         block_bytes: bound on the spectra held at once by the FFT path.
+        check_inputs: check that ``phi_q``, ``phi_k``, ``v``, ``coeffs`` are finite and
+            that the result did not overflow (one pass over each; pass False in hot
+            loops whose inputs are known to be finite).
 
     Returns:
-        ``(batch, heads, n_q, d)``.
+        ``(batch, heads, n_q, d)``. A query whose keys all have zero weight
+        (all-zero features or coefficients) gets 0, never NaN; the coefficients are
+        rescaled by a power of two (it cancels) so values near the dtype's maximum
+        do not overflow the FFT.
+
+    Raises:
+        ValueError: NaN/inf inputs or an overflowing result (when ``check_inputs``).
     """
     check_qkv(phi_q, phi_k, v, names=("phi_q", "phi_k", "v"))
     check_choice("method", method, METHODS)
+    check_float_dtype("compute_dtype", compute_dtype)
+    check_positive_int("block_bytes", block_bytes)
+    check_all_finite(check_inputs, phi_q=phi_q, phi_k=phi_k, v=v)
     B, H, n_q, m = phi_q.shape
     n_k = phi_k.shape[-2]
     if causal and n_q != n_k:
@@ -274,25 +326,33 @@ def kernelized_attention(
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
     if coeffs is None:
         if causal:
-            return _linear_causal(phi_q, phi_k, v).to(out_dtype)
+            return check_output(check_inputs, _linear_causal(phi_q, phi_k, v), "kernelized_attention").to(out_dtype)
         kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
         nd = phi_q @ kv
-        return (nd[..., :-1] / nd[..., -1:]).to(out_dtype)
+        return check_output(check_inputs, safe_ratio(nd[..., :-1], nd[..., -1:]), "kernelized_attention").to(out_dtype)
     check_coeffs(coeffs, n_q, n_k)
     check_finite("coeffs", coeffs)
+    try:
+        ok = torch.broadcast_shapes(coeffs.shape[:-1], (B, H)) == (B, H)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"coeffs must broadcast to (batch, heads, n_q + n_k - 1) = ({B}, {H}, {n_q + n_k - 1}), "
+                         f"got {tuple(coeffs.shape)}") from None
     coeffs = coeffs.to(dtype)
+    coeffs = coeffs / _pow2_scale(coeffs)  # cancels between numerator and denominator
     if causal:
         coeffs = causal_coeffs(coeffs, n_q)
     if method == "auto":
         method = "dense" if n_q * n_k <= DENSE_MAX_N**2 else "fft"
     if method == "dense":
-        return _dense(phi_q, phi_k, v, coeffs, n_q, n_k).to(out_dtype)
+        return check_output(check_inputs, _dense(phi_q, phi_k, v, coeffs, n_q, n_k), "kernelized_attention").to(out_dtype)
     L = coeffs.shape[-1]
     c = coeffs.expand(B, H, L).reshape(B * H, L)
     z = KernelizedRPEFunction.apply(
         phi_q.reshape(B * H, n_q, m), phi_k.reshape(B * H, n_k, m), v.reshape(B * H, n_k, -1), c, block_bytes
     )
-    return z.reshape(B, H, n_q, -1).to(out_dtype)
+    return check_output(check_inputs, z.reshape(B, H, n_q, -1), "kernelized_attention").to(out_dtype)
 
 
 def bounded_bias(bias: torch.Tensor, bias_range: float | None) -> torch.Tensor:
@@ -324,5 +384,6 @@ __all__ = [
     "kernelized_attention",
     "relative_offsets",
     "rpe_coeffs",
+    "safe_ratio",
 ]
 

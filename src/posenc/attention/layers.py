@@ -21,7 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc._checks import check_choice, check_finite, check_positive_float, check_positive_int
+from posenc._checks import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_finite,
+    check_float_dtype,
+    check_positive_float,
+    check_positive_int,
+)
 from posenc.attention.alibi import alibi_kernelized_attention, alibi_slopes
 from posenc.attention.decay import decay_coeffs, decay_kernelized_attention
 from posenc.attention.features import PositiveRandomFeatures, TrigRandomFeatures
@@ -70,6 +78,10 @@ class KernelizedAttention(nn.Module):
         method: ``"auto"``, ``"fft"`` or ``"dense"`` for the table RPE.
         seed: seed of the random features.
         device, dtype: of parameters and buffers.
+        check_inputs: check in ``forward`` that ``q``, ``k``, ``v`` are finite (one pass
+            over each; NaN/inf raise a ValueError in every mode instead of giving NaN or,
+            in ``mode="softmax"`` without RPE, a silent all-zero row). Set False in hot
+            loops whose inputs are known to be finite.
     """
 
     def __init__(
@@ -92,8 +104,16 @@ class KernelizedAttention(nn.Module):
         seed: int = 0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        check_inputs: bool = True,
     ) -> None:
         super().__init__()
+        check_device("device", device)
+        check_float_dtype("dtype", dtype)
+        self.check_inputs = check_bool("check_inputs", check_inputs)
+        if not (compute_dtype is None or compute_dtype == "auto" or isinstance(compute_dtype, torch.dtype)):
+            raise TypeError(f"compute_dtype must be 'auto', None or a floating-point torch.dtype, got {compute_dtype!r}")
+        if isinstance(compute_dtype, torch.dtype):
+            check_float_dtype("compute_dtype", compute_dtype)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.head_dim = check_positive_int("head_dim", head_dim)
         self.num_features = check_positive_int("num_features", num_features)
@@ -172,6 +192,9 @@ class KernelizedAttention(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         check_qkv(q, k, v)
+        if self.check_inputs:
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                check_finite(name, t)
         if q.shape[1] != self.num_heads:
             raise ValueError(f"q must have {self.num_heads} heads (dim 1), got {q.shape[1]}")
         if q.shape[-1] != self.head_dim:
@@ -213,7 +236,7 @@ class KernelizedAttention(nn.Module):
             coeffs = rpe_coeffs(b if compute_dtype is None else b.to(compute_dtype), n_q, causal=self.causal)
         return kernelized_attention(
             phi_q, phi_k, v, coeffs, causal=self.causal, key_padding_mask=key_padding_mask,
-            method=self.method, compute_dtype=compute_dtype,
+            method=self.method, compute_dtype=compute_dtype, check_inputs=self.check_inputs,
         )
 
     def _features(self, q, k, key_padding_mask):

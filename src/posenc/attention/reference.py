@@ -91,6 +91,8 @@ def softmax_rpe_attention(
         scale: logit scale (default ``1/sqrt(d)``; Luo et al. use 1 with unit-norm q, k).
     """
     check_qkv(q, k, v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_finite(name, t)  # SDPA would turn a NaN query into a silent all-zero row
     B, _, n_q, _ = q.shape
     n_k = k.shape[-2]
     if causal and n_q != n_k:

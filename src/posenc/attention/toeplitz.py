@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc._checks import check_choice, check_floating, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_choice, check_finite, check_floating, check_positive_int, check_tensor
 
 #: Below this output length the direct (materialised Toeplitz matrix) product
 #: is used by ``method="auto"``. Measured on the 2-core development machine
@@ -184,6 +184,7 @@ def toeplitz_matmul(
     n_out: int | None = None,
     method: str = "auto",
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    check_inputs: bool = True,
 ) -> torch.Tensor:
     """``y_i = sum_j c_{j-i} x_j`` (``j <= i`` only if ``causal``).
 
@@ -196,11 +197,21 @@ def toeplitz_matmul(
         n_out: number of outputs (default ``n``).
         method: ``"fft"``, ``"direct"`` (materialised matrix) or ``"auto"``
             (direct below :data:`TOEPLITZ_DIRECT_MAX_N` outputs+inputs, else FFT).
-        block_bytes: bound on the spectra held at once by the FFT path.
+        block_bytes: bound on the spectra held at once by the FFT path (bytes, >= 1).
+        check_inputs: check that ``coeffs`` and ``x`` are finite and that the result
+            did not overflow (a pass over each; pass False in hot loops whose inputs are
+            known to be finite).
 
     Returns:
         ``(..., n_out, channels)`` in the common dtype of ``coeffs`` and ``x`` (computed in
-        float32 when that dtype is float16 or bfloat16).
+        float32 when that dtype is float16 or bfloat16). The coefficients are divided
+        by a power of two near their largest magnitude before the product and the
+        result multiplied back (exact), so coefficients near the dtype's maximum do
+        not overflow the FFT's intermediate sums.
+
+    Raises:
+        ValueError: bad shapes (the message names the argument), NaN/inf inputs or a
+            result beyond the dtype's range (when ``check_inputs``).
     """
     check_tensor("x", x)
     check_floating("x", x)
@@ -216,18 +227,42 @@ def toeplitz_matmul(
         )
     if n == 0:
         raise ValueError("x must have at least one position (n >= 1), got n=0")
+    check_positive_int("block_bytes", block_bytes)
+    try:
+        batch = torch.broadcast_shapes(coeffs.shape[:-1], x.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"coeffs {tuple(coeffs.shape)} and x {tuple(x.shape)} have leading dims that do not broadcast "
+            f"({tuple(coeffs.shape[:-1])} against {tuple(x.shape[:-2])})"
+        ) from None
+    if check_inputs:
+        check_finite("coeffs", coeffs)
+        check_finite("x", x)
     out_dtype = torch.promote_types(coeffs.dtype, x.dtype)
     # no half-precision FFT on CPU: float16 / bfloat16 are computed in float32 and cast back
     dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
     coeffs, x = coeffs.to(dtype), x.to(dtype)
     if causal:
         coeffs = causal_coeffs(coeffs, n_q)
+    scale = _pow2_scale(coeffs)
+    coeffs = coeffs / scale
     if method == "auto":
         method = "direct" if n_q + n <= 2 * TOEPLITZ_DIRECT_MAX_N else "fft"
     if method == "direct":
-        return (toeplitz_dense(coeffs, n_q, n) @ x).to(out_dtype)
-    batch = torch.broadcast_shapes(coeffs.shape[:-1], x.shape[:-2])
-    c = coeffs.expand(*batch, coeffs.shape[-1]).reshape(-1, coeffs.shape[-1])
-    xb = x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:])
-    y = ToeplitzFFT.apply(c, xb, n_q, block_bytes)
-    return y.reshape(*batch, n_q, x.shape[-1]).to(out_dtype)
+        y = toeplitz_dense(coeffs, n_q, n) @ x
+    else:
+        c = coeffs.expand(*batch, coeffs.shape[-1]).reshape(-1, coeffs.shape[-1])
+        xb = x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:])
+        y = ToeplitzFFT.apply(c, xb, n_q, block_bytes).reshape(*batch, n_q, x.shape[-1])
+    y = (y * scale).to(out_dtype)
+    if check_inputs and not _compiling() and not bool(torch.isfinite(y.detach()).all()):
+        raise ValueError(f"toeplitz_matmul: the result overflows {out_dtype} although coeffs and x are finite; "
+                         "compute in float64 or rescale the inputs")
+    return y
+
+
+def _pow2_scale(x: torch.Tensor) -> torch.Tensor:
+    """Power of two just below ``max |x|`` (1 when ``x`` is all zero), detached: dividing by it is exact."""
+    top = x.detach().abs().amax()
+    _, exponent = torch.frexp(torch.where(top > 0, top, torch.ones_like(top)))
+    return torch.ldexp(torch.ones_like(top), exponent - 1)

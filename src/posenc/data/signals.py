@@ -93,10 +93,10 @@ def load_signal(path: str | os.PathLike) -> tuple[torch.Tensor, bool]:
             arr = np.loadtxt(path, delimiter="," if suffix == ".csv" else None, ndmin=1)
         else:
             raise ValueError(f"signal: {str(path)!r} must be a .npy or .csv file")
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError) as err:  # EOFError: an empty or truncated .npy
         if str(err).startswith("signal:"):
             raise
-        raise ValueError(f"signal: cannot read {str(path)!r} ({err})") from None
+        raise ValueError(f"signal: cannot read {str(path)!r} ({err or err.__class__.__name__})") from None
     arr = np.squeeze(np.asarray(arr))
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"signal: {str(path)!r} must hold numbers, got dtype {arr.dtype}")

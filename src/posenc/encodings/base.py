@@ -10,14 +10,19 @@ the paper's row normalisation.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from posenc._checks import (
+    check_bool,
     check_choice,
+    check_device,
+    check_float_dtype,
     check_divisible,
     check_domain,
     check_finite,
@@ -29,6 +34,40 @@ from posenc._checks import (
 )
 
 MODES = ("separable", "four_direction", "product", "full")
+
+#: Largest ``out_dim`` an encoding may have: one float32 feature row of this width is 8 GiB.
+MAX_OUT_DIM = 2**31 - 1
+
+
+def _check_common_arguments(sig: inspect.Signature, args: tuple, kwargs: dict) -> None:
+    """Validate the arguments every encoding shares, by name and default (not coerced).
+
+    ``device`` must exist on this machine, ``dtype`` must be a floating dtype, an
+    argument whose default is a bool must be a bool, and ``seed`` an int >= 0.
+    """
+    try:
+        bound = sig.bind(None, *args, **kwargs)
+    except TypeError:
+        return  # the constructor itself reports the bad call
+    for name, value in bound.arguments.items():
+        param = sig.parameters[name]
+        if name == "device":
+            check_device("device", value)
+        elif name == "dtype":
+            check_float_dtype("dtype", value)
+        elif name == "seed" and value is not None:
+            check_positive_int("seed", value, minimum=0)
+        elif isinstance(param.default, bool):
+            check_bool(name, value)
+
+
+def _numeric_arguments(sig: inspect.Signature, args: tuple, kwargs: dict) -> str:
+    try:
+        bound = sig.bind(None, *args, **kwargs)
+    except TypeError:
+        return ""
+    return ", ".join(f"{k}={v!r}" for k, v in bound.arguments.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 #: What ``kernel_width`` means in every encoding that accepts it: the ``w`` of the kernel
@@ -48,14 +87,14 @@ def resolve_width(native: str, native_value: float | None, kernel_width: float |
         from_kernel_width: maps a kernel width to the native parameter.
         default: the native default when neither is given.
     """
-    from posenc._checks import check_positive_float
+    from posenc._checks import check_width
 
     if native_value is not None and kernel_width is not None:
         raise ValueError(f"pass {native} or kernel_width, not both (got {native}={native_value}, "
                          f"kernel_width={kernel_width})")
     if kernel_width is not None:
-        return float(from_kernel_width(check_positive_float("kernel_width", kernel_width)))
-    return default if native_value is None else check_positive_float(native, native_value)
+        return check_width(native, float(from_kernel_width(check_width("kernel_width", kernel_width))))
+    return default if native_value is None else check_width(native, native_value)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -81,10 +120,46 @@ class Encoding(nn.Module):
     #: Whether a larger ``width_param`` gives a smoother (wider) kernel.
     width_increases_smoothness: ClassVar[bool] = True
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap each subclass's ``__init__`` with the checks every encoding shares.
+
+        Before construction: ``device``, ``dtype``, bool flags and ``seed`` are
+        validated (:func:`_check_common_arguments`). After it: every floating
+        parameter and buffer must be finite, so an extreme width (``sigma=1e308``,
+        ``1e-300``) fails at construction with a ValueError naming the arguments,
+        never at call time with NaN features or an OverflowError.
+        """
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_posenc_checked", False):
+            return
+        sig = inspect.signature(init)
+
+        @functools.wraps(init)
+        def checked_init(self, *args: Any, **kw: Any) -> None:
+            _check_common_arguments(sig, args, kw)
+            try:
+                init(self, *args, **kw)
+            except (OverflowError, ZeroDivisionError) as err:
+                raise ValueError(f"{cls.__name__}: arguments out of the representable range "
+                                 f"({_numeric_arguments(sig, args, kw)}): {err}") from None
+            if type(self) is cls:
+                for pname, tensor in [*self.named_parameters(), *self.named_buffers()]:
+                    if tensor.is_floating_point() and not tensor.is_meta and not bool(torch.isfinite(tensor).all()):
+                        raise ValueError(
+                            f"{cls.__name__}: arguments out of the representable range "
+                            f"({_numeric_arguments(sig, args, kw)}) give non-finite {pname!r}")
+
+        checked_init._posenc_checked = True  # type: ignore[attr-defined]
+        cls.__init__ = checked_init  # type: ignore[method-assign]
+
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.in_dim = check_positive_int("in_dim", in_dim)
         self.out_dim = check_positive_int("out_dim", out_dim)
+        if out_dim > MAX_OUT_DIM:
+            raise ValueError(f"out_dim would be {out_dim:.3g} features per position (more than {MAX_OUT_DIM}); "
+                             "reduce num_features, or use mode='separable' instead of 'product'")
 
     def check_input(self, positions: torch.Tensor) -> None:
         """Validate ``positions``; override to accept other input layouts."""
@@ -185,11 +260,17 @@ class CoordinateEncoding(Encoding):
         check_positive_int("in_dim", in_dim)
         check_positive_int("num_features", num_features)
         check_choice("mode", mode, self.supported_modes)
+        check_bool("normalize", normalize)
+        check_bool("strict", strict)
         if mode == "four_direction" and in_dim != 2:
             raise ValueError(f"mode='four_direction' needs in_dim=2, got in_dim={in_dim}")
         if mode == "product":
             num_dirs, per_dir = in_dim, num_features
             out_dim = num_features**in_dim
+            if out_dim > MAX_OUT_DIM:
+                raise ValueError(
+                    f"mode='product' gives num_features ** in_dim = {num_features}**{in_dim} = {out_dim:.3g} "
+                    f"features per position (more than {MAX_OUT_DIM}); reduce num_features or use mode='separable'")
         elif mode == "full":
             num_dirs, per_dir, out_dim = 1, num_features, num_features
         else:

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc._checks import check_choice, check_positive_float, check_positive_int, check_width
 from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
@@ -190,7 +190,7 @@ class TriangleEncoding(CoordinateEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.width = check_positive_float("width", width)
+        self.width = check_width("width", width)
         centres = grid_centres(self.features_per_direction)
         self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
                              persistent=False)
@@ -225,7 +225,7 @@ def circulant_generator(
         c[0] = 1.0
     elif kind == "gaussian":
         u = torch.remainder(k / num + 0.5, 1.0) - 0.5  # wrapped displacement
-        c = torch.exp(-(u**2) / (2 * check_positive_float("sigma", sigma) ** 2))
+        c = torch.exp(-(u**2) / (2 * check_width("sigma", sigma) ** 2))
     elif kind == "square":
         # Shift by half a sample so the comparison never lands exactly on a zero of sin.
         c = (torch.sin(2 * math.pi * check_positive_float("freq", freq) * (k + 0.5) / num) > 0).double()

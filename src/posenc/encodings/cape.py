@@ -46,6 +46,7 @@ from posenc._checks import (
     check_positive_float,
     check_positive_int,
     check_tensor,
+    check_width,
 )
 from posenc.encodings.base import Encoding
 from posenc.encodings.registry import register_encoding
@@ -198,10 +199,10 @@ class CAPEEncoding(Encoding):
         else:
             if spacing is not None:
                 raise ValueError("spacing applies to 2D positions only; in 1D the local shift is in units of step")
-            self.step = check_positive_float("step", pick("step", step))
+            self.step = check_width("step", pick("step", step))
             self.spacing = None
         default_scale = 1.0 / self.step if in_dim == 1 else math.pi
-        self.freq_scale = check_positive_float("freq_scale", default_scale if freq_scale is None else freq_scale)
+        self.freq_scale = check_width("freq_scale", default_scale if freq_scale is None else freq_scale)
         self.base = check_positive_float("base", (10000.0 if in_dim == 1 else 10.0) if base is None else base)
         if self.base <= 1.0:
             raise ValueError(f"base must be > 1, got {self.base}")

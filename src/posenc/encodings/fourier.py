@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc._checks import check_choice, check_positive_float, check_positive_int, check_width
 from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
@@ -120,7 +120,7 @@ class LinearFourierEncoding(_FourierBase):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.max_freq = check_positive_float("max_freq", max_freq)
+        self.max_freq = check_width("max_freq", max_freq)
         if self.max_freq < 1.0:
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
@@ -163,7 +163,7 @@ class LogFourierEncoding(_FourierBase):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.max_freq = check_positive_float("max_freq", max_freq)
+        self.max_freq = check_width("max_freq", max_freq)
         if self.max_freq < 1.0:
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2

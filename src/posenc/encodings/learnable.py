@@ -128,6 +128,8 @@ class LearnedTableEncoding(Encoding):
         super().__init__(in_dim, num_features)
         if isinstance(grid_size, int) and not isinstance(grid_size, bool):
             grid_size = (grid_size,) * in_dim
+        if not isinstance(grid_size, (tuple, list)):
+            raise TypeError(f"grid_size must be an int or a tuple of ints, got {type(grid_size).__name__} ({grid_size!r})")
         grid = tuple(grid_size)
         if len(grid) != in_dim:
             raise ValueError(f"grid_size must have in_dim={in_dim} entries, got {grid_size!r}")

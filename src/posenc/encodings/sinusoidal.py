@@ -29,6 +29,7 @@ from posenc._checks import (
     check_positive_float,
     check_positive_int,
     check_tensor,
+    check_width,
 )
 from posenc.encodings.base import Encoding, compute_dtype
 from posenc.encodings.registry import register_encoding
@@ -106,7 +107,7 @@ class SinusoidalEncoding(Encoding):
         self.base = check_positive_float("base", base)
         if self.base <= 1.0:
             raise ValueError(f"base must be > 1, got {base}")
-        self.scale = check_positive_float("scale", scale)
+        self.scale = check_width("scale", scale)
         dtype = dtype or torch.get_default_dtype()
         freqs = sinusoidal_frequencies(num_features // in_dim, self.base, self.scale)
         self.register_buffer("freqs", freqs.to(device=device, dtype=dtype), persistent=False)
