@@ -185,3 +185,12 @@ def test_quick_section_runs_end_to_end():
 
     md = get_section("cape").render(summary, save)
     assert "relation" in md and saved == ["resolution"] and "not learned" in md.lower()
+
+
+def test_cape_half_has_half_the_frequencies():
+    full = build_model(dataclasses.replace(CFG, variant="cape")).encoder.encoding.eval()
+    half = build_model(dataclasses.replace(CFG, variant="cape_half")).encoder.encoding.eval()
+    assert half.freq_scale == pytest.approx(math.pi / 2) and full.freq_scale == pytest.approx(math.pi)
+    pos = torch.rand(5, 2, dtype=torch.float64) * 2 - 1
+    # halving every frequency = embedding half the positions with the paper's frequencies
+    torch.testing.assert_close(half(pos), full(pos / 2))
