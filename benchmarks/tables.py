@@ -186,7 +186,36 @@ def relative(r: dict) -> str:
     return "\n".join(out)
 
 
-FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative}
+def cape(r: dict) -> str:
+    e = r["embedding_forward"]
+    p = e["params"]
+    labels = {"1d_sinusoidal": "1D sinusoids (reference)", "1d_cape_train": "1D CAPE, training mode (text preset)",
+              "2d_cape_no_augmentation": "2D CAPE sinusoids, no augmentation (reference)",
+              "2d_sinusoidal_per_axis": "2D per-axis sinusoids",
+              "2d_cape_train": "2D CAPE, training mode (vision preset, spacing measured)",
+              "2d_cape_train_given_spacing": "2D CAPE, training mode, spacing given"}
+    rows = [[labels.get(k, k), f"{c['median_s'] * 1e3:.1f}", f"{c['ratio_to_sinusoidal']:.2f}"]
+            for k, c in e["results"].items()]
+    met = ", ".join(f"{k}: {'met' if v else 'missed'}" for k, v in e["meets_target"].items())
+    out = [f"Augmentation + embedding, forward, {p['tokens']:,} tokens x batch {p['batch']}, width {p['dim']}, "
+           f"{p['dtype']}, 1 thread, CPU ms (median); ratio to plain sinusoids on the same positions "
+           f"(target ≤ {e['target_ratio']:g}×; {met}):", "",
+           markdown_table(["case", "ms", "ratio"], rows)]
+    tb = r["testbed_fwd_bwd"]
+    lengths = list(tb["results"])
+    kinds = list(next(iter(tb["results"].values())))
+    names = {"sinusoidal": "absolute sinusoids", "cape": "CAPE (training mode)",
+             "relative_bias": "learned relative bias (clipped offsets)"}
+    rows = [[names.get(k, k), *[f"{tb['results'][n][k]['median_s'] * 1e3:.0f} ({tb['results'][n][k]['ratio_to_sinusoidal']:.2f}×)"
+                                for n in lengths]] for k in kinds]
+    q = tb["params"]
+    out += ["", f"Testbed forward + backward (TransformerEncoder, dim {q['dim']}, {q['depth']} layers, {q['heads']} heads, "
+            f"batch {q['batch']}), CPU ms (ratio to absolute sinusoids):", "",
+            markdown_table(["position information", *[f"n = {int(n):,}" for n in lengths]], rows)]
+    return "\n".join(out)
+
+
+FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "cape": cape}
 
 
 def main() -> None:

@@ -245,3 +245,13 @@ def test_grid_spacing():
     pos[1, 4:] = 123.0
     got = grid_spacing(pos, mask)
     torch.testing.assert_close(got[:, 0], torch.tensor([[1.0, 0.5], [2.0, 0.5], [1.0, 0.5]]))
+
+
+def test_grid_spacing_of_expanded_positions_equals_the_copy():
+    # a batch sharing one grid through expand() is measured once; same answer as a real copy
+    grid = patch_positions(3, 5, "continuous")
+    shared = grid.expand(4, 2, *grid.shape)
+    out = grid_spacing(shared)
+    assert out.shape == (4, 2, 1, 2)
+    torch.testing.assert_close(out, grid_spacing(shared.contiguous()))
+    torch.testing.assert_close(out[0, 0, 0], torch.tensor([2 / 3, 2 / 5]))

@@ -291,6 +291,12 @@ def grid_spacing(
     if positions.dim() < 2:
         raise ValueError(f"positions must have shape (..., N, D), got {tuple(positions.shape)}")
     check_floating("positions", positions)
+    if key_padding_mask is None:
+        # positions shared by a batch through expand() (stride 0): measure one copy, expand the result
+        shared = [i for i in range(positions.dim() - 2) if positions.stride(i) == 0 and positions.shape[i] > 1]
+        if shared:
+            one = positions[tuple(slice(0, 1) if i in shared else slice(None) for i in range(positions.dim()))]
+            return grid_spacing(one, single=single).expand(*positions.shape[:-2], 1, positions.shape[-1])
     x = positions.to(torch.promote_types(positions.dtype, torch.float32))
     if key_padding_mask is not None:
         check_key_padding_mask(key_padding_mask, tuple(positions.shape[:-1]))
