@@ -54,7 +54,7 @@ def test_summarize_and_render(results, tmp_path):
 
     md = get_section("krpe").render(summary, save)
     assert "Approximation" in md and "copy" in md and "confirmed" in md
-    assert {"approx", "train_copy", "train_recall"} <= set(saved)
+    assert {"approx", "train"} <= set(saved)
 
 
 @pytest.mark.parametrize("profile", ["quick", "full"])
