@@ -80,3 +80,36 @@ def test_make_batch_targets():
     for b in range(3):
         keys, vals = x[b, 0:8:2], x[b, 1:8:2]
         assert y[b, -1] == vals[(keys == x[b, -1]).nonzero()[0, 0]]
+
+
+def test_speed_records_cpu_time_and_load_and_the_claim_reads_cpu_time(results):
+    sp = results["speed"]
+    assert sp["threads"] == 1 and "load_before" in sp and "load_after" in sp
+    for row in sp["rows"]:
+        assert set(row["cpu"]) == {"fft", "no_rpe", "dense", "softmax"}
+        assert all(v >= 0 for v in row["cpu"].values())
+
+    def speed(wall_fft, cpu_fft, with_cpu=True):
+        rows = []
+        for n, w, c in zip((256, 1024, 4096), wall_fft, cpu_fft):
+            row = {"n": n, "fft": w, "no_rpe": w / 10, "dense": 4 * w, "softmax": 3 * w}
+            if with_cpu:
+                row["cpu"] = {"fft": c, "no_rpe": c / 10, "dense": 4 * c, "softmax": 3 * c}
+            rows.append(row)
+        return {"speed": {"heads": 1, "head_dim": 8, "features": 4, "rows": rows,
+                          "load_before": [9.0, 8.0, 7.0], "load_after": [9.5, 8.0, 7.0], "cpu_count": 2}}
+
+    # wall time inflated by load at the largest n (slope 2), CPU time growing like n (slope 1)
+    claim = exp.summarize(speed([0.01, 0.04, 0.64], [0.01, 0.04, 0.16]))["claims"]["fft_grows_subquadratically"]
+    assert claim["basis"] == "cpu" and claim["holds"] and abs(claim["slope"] - 1.0) < 1e-9
+    assert claim["slope_fft_n_ge_1024"] > 1.9 and claim["load_before"] == [9.0, 8.0, 7.0]
+    assert abs(claim["dense_over_fft"]["dense_over_fft"] - 4.0) < 1e-9
+    # a result stored before CPU time was recorded: the wall-time slope, and the report says so
+    old = exp.summarize(speed([0.01, 0.04, 0.64], [0, 0, 0], with_cpu=False))
+    claim = old["claims"]["fft_grows_subquadratically"]
+    assert claim["basis"] == "wall" and not claim["holds"]
+    md = get_section("krpe").render(old, lambda name, fig: f"{name}.png")
+    assert "log-log slope of wall time" in md
+    md = get_section("krpe").render(exp.summarize(speed([0.01, 0.04, 0.64], [0.01, 0.04, 0.16])),
+                                    lambda name, fig: f"{name}.png")
+    assert "log-log slope of CPU time" in md and "Load average (1 min) 9.00 before and 9.50 after" in md
