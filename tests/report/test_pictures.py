@@ -103,3 +103,16 @@ def test_help_lists_the_sections_and_six_methods():
     assert all(name in res.stdout for name in SECTIONS)
     res = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
     assert "six published methods" in res.stdout
+
+
+def test_analysis_figure_without_zoom_and_grayscale_compare():
+    d = torch.linspace(-0.5, 0.5, 65, dtype=torch.float64)
+    s = torch.cos(torch.pi * d)  # a width that spans most of the domain: nothing to zoom on
+    fig = analysis_figure(d, s, torch.tensor([2.0, 1.0, 0.5]), stable_rank=1.3, dp_width=0.45, threshold=0.1)
+    lo, hi = fig.axes[0].get_xlim()
+    assert lo <= -0.5 and hi >= 0.5  # the whole profile
+    fig = analysis_figure(d, s, torch.tensor([2.0, 1.0]), stable_rank=1.2, dp_width=float("nan"), threshold=0.1)
+    assert "distance-preservation width = nan" in _texts(fig)
+    a = torch.rand(6, 6, dtype=torch.float64)
+    fig = compare_figure(a, a.clone())  # a perfect fit: PSNR finite, not an error
+    assert "exact on all pixels (PSNR ∞)" in _texts(fig)

@@ -49,7 +49,7 @@ def compare_figure(original: torch.Tensor, reconstruction: torch.Tensor, *, trai
     if a.shape != b.shape:
         raise ValueError(f"reconstruction has shape {tuple(b.shape)}, original {tuple(a.shape)}: they must match")
     err = (b - a).abs().mean(-1)
-    whole = -10.0 * math.log10(max(float(((b - a) ** 2).mean()), 1e-300))
+    mse = float(((b - a) ** 2).mean())
     fig, axes = plt.subplots(1, 3, figsize=(12, 4.4))
     gray = a.shape[-1] == 1
     for ax, img, name in ((axes[0], a, "original"), (axes[1], b.clamp(0, 1), "reconstruction")):
@@ -62,7 +62,7 @@ def compare_figure(original: torch.Tensor, reconstruction: torch.Tensor, *, trai
     for ax in axes:
         ax.set_xticks([])
         ax.set_yticks([])
-    psnrs = [f"PSNR {whole:.2f} dB on all pixels"]
+    psnrs = [f"PSNR {-10.0 * math.log10(mse):.2f} dB on all pixels" if mse > 0 else "exact on all pixels (PSNR ∞)"]
     if train_psnr is not None:
         psnrs.append(f"train {train_psnr:.2f} dB")
     if test_psnr is not None:
