@@ -102,7 +102,7 @@ def krpe(r: dict) -> str:
            markdown_table(["method", *[f"n = {n:,}" for n in ns]], rows)]
     if mem:
         out += ["", f"n = 65,536, 8 heads, m = 16, forward + backward: {mem[0]['fwdbwd_s']:.0f} s, peak "
-                f"{mem[0]['peak_rss_mb']:.0f} MB. Targets and their verdicts: docs/krpe.md."]
+                f"{mem[0]['peak_rss_mb']:.0f} MB. Performance goals and their verdicts: docs/krpe.md."]
     der = r.get("derived", {})
     eff = sorted((e for e in der.get("efficiency_vs_floor", []) if e["n"] >= 4096),
                  key=lambda e: (e["m"], -e["heads"], e["n"]))

@@ -22,9 +22,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperGroup
 
 import posenc
-from typer.core import TyperGroup
+from posenc.report.registry import SECTIONS
 
 #: Exceptions that come from bad input (arguments, files, resources) and end in one
 #: ``error:`` line with exit code 2. Library validation raises ValueError/TypeError
@@ -64,7 +65,7 @@ class _OneLineErrors(TyperGroup):
 
 app = typer.Typer(
     name="posenc",
-    help="Positional encodings across modalities: fit, analyse, and reproduce the papers' claims.",
+    help="Positional encodings across modalities (six published methods): fit, analyse, and reproduce the papers' claims.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -99,7 +100,9 @@ def _main(
         bool, typer.Option("--debug", help="Show the traceback of errors instead of one line.")
     ] = False,
 ) -> None:
-    """posenc: positional encodings, their theory, and reproductions of six papers."""
+    """posenc: six published positional-encoding methods (coordinate encodings, learnable Fourier
+    features, CAPE, kernelized attention with RPE, GIR for graphs, architecture selection), their
+    theory, and reproductions of the papers' claims."""
     _state["debug"] = debug
 
 
@@ -464,6 +467,7 @@ def fit_image_cmd(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the model initialisation.")] = 0,
     save: Annotated[Optional[Path], typer.Option(help="Write the full reconstruction here (.png, .jpg, .bmp, .tif, .webp: the suffix picks the format).")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="With --save: write original | reconstruction | error side by side, PSNR in the title.")] = False,
     ridge: Annotated[float, typer.Option(help="lstsq: Tikhonov weight relative to the largest eigenvalue (0 = minimum-norm).")] = 0.0,
     threads: Annotated[int, typer.Option(help="torch threads.")] = 2,
     max_memory: MaxMemoryOpt = None,
@@ -486,6 +490,10 @@ def fit_image_cmd(
 
         _check_model(model)
         _check_output("--save", save, SAVE_FORMATS)
+        if compare and save is None:
+            raise CliError("--compare needs --save PATH (the file to write the comparison to)")
+        if compare and save is not None and save.suffix.lower() != ".png":
+            raise CliError(f"--compare writes a PNG figure: give --save a .png path, got {str(save)!r}")
         if size < 4:
             raise CliError(f"--size must be >= 4, got {size}")
         limit = _memory_limit(max_memory)
@@ -520,7 +528,15 @@ def fit_image_cmd(
                                   seed=seed, ridge=ridge, predict_x=pos.reshape(-1, 2) if save else None,
                                   progress=update)
         _check_fit(res, model, lr)
-        if save is not None:
+        if save is not None and compare:
+            from posenc.report.pictures import compare_figure
+            from posenc.report.plotting import png_bytes
+            from posenc.report.store import atomic_write_bytes
+
+            fig = compare_figure(y, res.predictions.reshape(size, size, -1), train_psnr=res.train_psnr,
+                                 test_psnr=res.test_psnr, title=f"{source}: {encoding} ({model})")
+            atomic_write_bytes(save, png_bytes(fig))
+        elif save is not None:
             save_image(save, res.predictions.reshape(size, size, -1))
         return {
             "image": source, "size": size, "channels": int(img.shape[-1]), "encoding": encoding,
@@ -545,7 +561,7 @@ def analyze_cmd(
     num_points: Annotated[int, typer.Option(help="Regular samples of the domain.")] = 512,
     threshold: Annotated[float, typer.Option(help="Similarity threshold of the distance-preservation width.")] = 0.1,
     suggest: Annotated[Optional[int], typer.Option(help="Also suggest a width for this many training samples.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Save the similarity profile and spectrum as PNG.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Save the similarity profile (zoomed on the kernel's width) and spectrum as PNG, with the stable rank and width written on it.")] = None,
     max_memory: MaxMemoryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -591,29 +607,13 @@ def analyze_cmd(
             kwargs = {k: v for k, v in settings.items() if k not in ("normalize", enc.width_param, "kernel_width")}
             payload["suggestion"] = suggest_bandwidth(suggest, encoding, **kwargs)
         if plot is not None:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-
+            from posenc.report.pictures import analysis_figure
+            from posenc.report.plotting import png_bytes
             from posenc.report.store import atomic_write_bytes
 
-            sv = torch.linalg.svdvals(psi)
-            fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-            ax[0].plot(disp.numpy(), sim.numpy())
-            ax[0].axhline(threshold, ls=":", c="gray")
-            ax[0].set_xlabel("displacement")
-            ax[0].set_ylabel("cosine similarity to the centre")
-            ax[1].semilogy((sv / sv[0]).numpy())
-            ax[1].set_xlabel("index")
-            ax[1].set_ylabel("singular value / largest")
-            fig.suptitle(repr(enc), fontsize=8)
-            import io
-
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-            plt.close(fig)
-            atomic_write_bytes(plot, buf.getvalue())
+            fig = analysis_figure(disp, sim, torch.linalg.svdvals(psi), stable_rank=payload["stable_rank"],
+                                  dp_width=payload["dp_width"], threshold=threshold, title=repr(enc))
+            atomic_write_bytes(plot, png_bytes(fig))
             payload["plot"] = str(plot)
         return payload
 
@@ -622,7 +622,7 @@ def analyze_cmd(
 
 @app.command("reproduce")
 def reproduce_cmd(
-    sections: Annotated[Optional[list[str]], typer.Argument(help="Sections to run (default: all).")] = None,
+    sections: Annotated[Optional[list[str]], typer.Argument(help=f"Sections to run (default: all): {', '.join(SECTIONS)}.")] = None,
     profile: Annotated[str, typer.Option(help="quick (minutes) | full (faithful, more seeds).")] = "quick",
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default runs/<timestamp>); re-use it to resume.")] = None,
     seeds: Annotated[Optional[int], typer.Option(help="Override the profile's number of seeds.")] = None,

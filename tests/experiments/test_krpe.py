@@ -54,7 +54,7 @@ def test_summarize_and_render(results, tmp_path):
 
     md = get_section("krpe").render(summary, save)
     assert "Approximation" in md and "copy" in md and "confirmed" in md
-    assert {"approx", "train_copy", "train_recall"} <= set(saved)
+    assert {"approx", "train"} <= set(saved)
 
 
 @pytest.mark.parametrize("profile", ["quick", "full"])
@@ -80,3 +80,50 @@ def test_make_batch_targets():
     for b in range(3):
         keys, vals = x[b, 0:8:2], x[b, 1:8:2]
         assert y[b, -1] == vals[(keys == x[b, -1]).nonzero()[0, 0]]
+
+
+def test_speed_records_cpu_time_and_load_and_the_claim_reads_cpu_time(results):
+    sp = results["speed"]
+    assert sp["threads"] == 1 and "load_before" in sp and "load_after" in sp
+    for row in sp["rows"]:
+        assert set(row["cpu"]) == {"fft", "no_rpe", "dense", "softmax", "floor"}
+        assert all(v >= 0 for v in row["cpu"].values())
+
+    def speed(wall_fft, cpu_fft, with_cpu=True, floor=None):
+        rows = []
+        for i, (n, w, c) in enumerate(zip((256, 1024, 4096), wall_fft, cpu_fft)):
+            row = {"n": n, "fft": w, "no_rpe": w / 10, "dense": 4 * w, "softmax": 3 * w}
+            if with_cpu:
+                row["cpu"] = {"fft": c, "no_rpe": c / 10, "dense": 4 * c, "softmax": 3 * c}
+                if floor is not None:
+                    row["cpu"]["floor"] = floor[i]
+            rows.append(row)
+        return {"speed": {"heads": 1, "head_dim": 8, "features": 4, "rows": rows,
+                          "load_before": [9.0, 8.0, 7.0], "load_after": [9.5, 8.0, 7.0], "cpu_count": 2}}
+
+    # wall time inflated by load at the largest n (slope 2), CPU time growing like n (slope 1)
+    claim = exp.summarize(speed([0.01, 0.04, 0.64], [0.01, 0.04, 0.16]))["claims"]["fft_grows_subquadratically"]
+    assert claim["basis"] == "cpu" and claim["holds"] and abs(claim["slope"] - 1.0) < 1e-9
+    assert claim["slope_fft_n_ge_1024"] > 1.9 and claim["load_before"] == [9.0, 8.0, 7.0]
+    assert abs(claim["dense_over_fft"]["dense_over_fft"] - 4.0) < 1e-9
+    # a result stored before CPU time was recorded: the wall-time slope, and the report says so
+    old = exp.summarize(speed([0.01, 0.04, 0.64], [0, 0, 0], with_cpu=False))
+    claim = old["claims"]["fft_grows_subquadratically"]
+    assert claim["basis"] == "wall" and not claim["holds"]
+    md = get_section("krpe").render(old, lambda name, fig: f"{name}.png")
+    assert "log-log slope of wall time" in md
+    md = get_section("krpe").render(exp.summarize(speed([0.01, 0.04, 0.64], [0.01, 0.04, 0.16])),
+                                    lambda name, fig: f"{name}.png")
+    assert "log-log slope of CPU time" in md and "Load average (1 min) 9.00 before and 9.50 after" in md
+
+    # with the FFT floor timed in the same run, the claim reads the ratio to it: a load that
+    # inflates both (slope 1.5 each) leaves the ratio flat; a quadratic path relative to an
+    # n log n floor does not pass
+    loaded = exp.summarize(speed([0.01, 0.08, 1.28], [0.01, 0.08, 0.64], floor=[0.02, 0.16, 1.28]))
+    claim = loaded["claims"]["fft_grows_subquadratically"]
+    assert claim["basis"] == "cpu_ratio_to_floor" and claim["holds"] and abs(claim["slope"]) < 1e-9
+    assert claim["slope_fft_cpu_n_ge_1024"] > 1.4  # the absolute slope alone would have said no
+    quad = exp.summarize(speed([0.01, 0.16, 2.56], [0.01, 0.16, 2.56], floor=[0.01, 0.045, 0.2]))
+    assert not quad["claims"]["fft_grows_subquadratically"]["holds"]
+    md = get_section("krpe").render(loaded, lambda name, fig: f"{name}.png")
+    assert "CPU-time ratio of the FFT path to the FFT floor" in md and "FFT floor (s)" not in md  # no wall-time floor column

@@ -42,31 +42,14 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
 
     # sigma sweep figure and table
     parts += ["", "### The sigma sweep: underfitting, optimum, memorisation", ""]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for group, entries in sorted(summary["sweeps"].items()):
-        model, n, name = group.split("|")
-        sig = [e["sigma"] for e in entries]
-        axes[0].plot(sig, [e["test_psnr"]["mean"] for e in entries], marker="o", label=f"{name} {model} N={n[1:]} test")
-        if name == "gaussian":
-            axes[0].plot(sig, [e["train_psnr"]["mean"] for e in entries], ls=":", label=f"{name} {model} N={n[1:]} train")
-    axes[0].set_xscale("log")
-    axes[0].set_ylim(0, 80)
-    axes[0].set_xlabel("Gaussian sigma (RFF: the Gaussian sigma with the same kernel)")
-    axes[0].set_ylabel("PSNR (dB)")
-    axes[0].legend(fontsize=6)
     theory = summary.get("theory") or {}
-    if theory:
-        g, r = theory["gaussian"], theory["rff"]
-        axes[1].plot([e["dp_width"] for e in g], [e["stable_rank"] for e in g], marker="o", label="Gaussian")
-        axes[1].plot([e["dp_width"] for e in r], [e["stable_rank"] for e in r], marker="s", label="RFF (matched)")
-        axes[1].plot([e["closed_form_dp_width"] for e in g], [e["closed_form_stable_rank"] for e in g], ls="--",
-                     label="Gaussian closed form")
-        axes[1].set_xscale("log")
-        axes[1].set_yscale("log")
-        axes[1].set_xlabel("distance-preservation half-width (similarity > 0.1)")
-        axes[1].set_ylabel("stable rank")
-        axes[1].legend(fontsize=7)
+    fig = _sweep_figure(summary["sweeps"], theory)
     parts.append(f"![sigma sweep and trade-off]({save_figure('sweep', fig)})")
+    parts.append("")
+    parts.append("Left: test PSNR (held-out odd samples) against sigma; middle: train PSNR of the same fits (a "
+                 "least-squares fit with more features than samples interpolates its training samples to float64 "
+                 "round-off, about 160 dB, at every sigma); right: stable rank against distance-preservation width. "
+                 "One colour per encoding in every panel; line style and marker give the number of samples N.")
     parts.append("")
     sweep_rows = []
     for group, entries in sorted(summary["sweeps"].items()):
@@ -116,6 +99,59 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                  "embedding, which lets the closed-form linear layer fit the image itself. Quick-profile MLPs "
                  "train for far fewer steps than the paper's 2000.")
     return "\n".join(parts) + "\n"
+
+
+def _sweep_figure(sweeps: dict, theory: dict):
+    """Test PSNR, train PSNR and the stable-rank / width trade-off; one colour per encoding, one legend."""
+    import matplotlib.pyplot as plt
+
+    from posenc.report.plotting import figure_legend, fit_ylim, method_colours
+
+    colour = method_colours(coords.ENCODINGS_1D)
+    pretty = {"gaussian": "Gaussian", "rff": "RFF"}
+    counts = sorted({int(g.split("|")[1][1:]) for g in sweeps})
+    styles = {n: (ls, mk) for n, ls, mk in zip(counts, ["--", "-", "-.", ":"] * 4, ["s", "o", "^", "D"] * 4)}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    test_vals, train_vals = [], []
+    for group, entries in sorted(sweeps.items(), key=lambda kv: (coords.ENCODINGS_1D.index(kv[0].split("|")[2])
+                                                                  if kv[0].split("|")[2] in coords.ENCODINGS_1D else 99,
+                                                                  int(kv[0].split("|")[1][1:]))):
+        model, n, name = group.split("|")
+        ls, mk = styles[int(n[1:])]
+        sig = [e["sigma"] for e in entries]
+        test = [e["test_psnr"]["mean"] for e in entries]
+        train = [e["train_psnr"]["mean"] for e in entries]
+        label = f"{pretty.get(name, name)} ({model}), N = {n[1:]}"
+        kw = dict(color=colour.get(name, "k"), ls=ls, marker=mk, ms=5)
+        axes[0].plot(sig, test, label=label, **kw)
+        axes[1].plot(sig, train, **kw)
+        test_vals += test
+        train_vals += train
+    for ax, title, vals in ((axes[0], "test PSNR", test_vals), (axes[1], "train PSNR", train_vals)):
+        ax.set_xscale("log")
+        ax.set_xlabel("Gaussian sigma (RFF: the Gaussian sigma with the same kernel)")
+        ax.set_ylabel(f"{title} (dB)")
+        ax.set_title(title)
+        fit_ylim(ax, vals, pad=0.08)
+    if theory:
+        g, r = theory["gaussian"], theory["rff"]
+        ax = axes[2]
+        ax.plot([e["dp_width"] for e in g], [e["stable_rank"] for e in g], marker="o", color=colour["gaussian"],
+                label="Gaussian: measured trade-off")
+        ax.plot([e["dp_width"] for e in r], [e["stable_rank"] for e in r], marker="s", color=colour["rff"],
+                label="RFF (matched): measured trade-off")
+        ax.plot([e["closed_form_dp_width"] for e in g], [e["closed_form_stable_rank"] for e in g], ls=":", lw=2,
+                color=colour["gaussian"], label="Gaussian: closed form")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("distance-preservation half-width (similarity > 0.1)")
+        ax.set_ylabel("stable rank")
+        ax.set_title("trade-off (no training)")
+    else:
+        axes[2].set_visible(False)
+    fig.tight_layout()
+    figure_legend(fig, axes, loc="below", ncol=4)
+    return fig
 
 
 def _num(v) -> str:

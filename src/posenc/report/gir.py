@@ -95,11 +95,14 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                      + "; ".join(variants) + ". Differences within about one std are not meaningful.")
     figure = _figure(summary.get("curves", {}))
     if figure is not None:
-        lines += ["", f"![validation and test AUC during training, seed 0]({save_figure('curves', figure)})"]
+        lines += ["", f"![validation and test AUC during training, seed 0]({save_figure('curves', figure)})", "",
+                  "ROC AUC during training, seed 0: validation dashed, test solid; one colour per model, the same "
+                  "in every panel."]
     return "\n".join(lines)
 
 
 def _figure(curves: dict):
+    """Validation (dashed) and test (solid) AUC against epoch, one panel per setting, one legend."""
     if not curves:
         return None
     import matplotlib
@@ -107,20 +110,31 @@ def _figure(curves: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = sorted({key.split(".")[0] for key in curves})
+    from posenc.report.plotting import figure_legend, fit_ylim, method_colours
+
+    # keys are job keys "setting.model.s0"; the summary keeps seed 0
+    by = {(key.split(".")[0], key.split(".")[1]): curve for key, curve in curves.items()}
+    settings = sorted({s for s, _ in by})
+    models = {m for _, m in by}
+    order = [m for m in ORDER] + sorted(models - set(ORDER))
+    colour = method_colours(order)
     fig, axes = plt.subplots(1, len(settings), figsize=(4.5 * len(settings), 3.4), squeeze=False)
     for ax, setting in zip(axes[0], settings):
-        for key, curve in sorted(curves.items()):
-            if not key.startswith(setting + "."):
-                continue
-            model = key.split(".")[1]
+        values = []
+        for model in (m for m in order if (setting, m) in by):
+            curve = by[setting, model]
             ep = [c[0] for c in curve]
-            ax.plot(ep, [c[2] for c in curve], label=f"{model} test")
+            name = NAMES.get(model, model.upper())
+            ax.plot(ep, [c[1] for c in curve], ls="--", color=colour[model], lw=1.2)
+            ax.plot(ep, [c[2] for c in curve], ls="-", color=colour[model], lw=1.2, label=name)
+            values += [c[1] for c in curve] + [c[2] for c in curve]
         ax.set_title(setting)
         ax.set_xlabel("epoch")
         ax.set_ylabel("ROC AUC")
-        ax.set_ylim(0.3, 1.02)
-        ax.legend(fontsize=7)
+        fit_ylim(ax, values, ceiling=1.0)
+    axes[0][0].plot([], [], color="gray", ls="-", label="test (solid)")
+    axes[0][0].plot([], [], color="gray", ls="--", label="validation (dashed)")
+    figure_legend(fig, axes[0])
     fig.tight_layout()
     return fig
 

@@ -31,7 +31,6 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     claims = summary.get("claims", {})
     out: list[str] = []
@@ -45,13 +44,10 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         rows = [[f"R = {R}"] + [f"{e:.3f}" for e in approx["kernel"][R]] +
                 [f"{a:.3f}" for a in approx["attention"][R][-1:]] for R in approx["kernel"]]
         out.append(_table(["keys/queries", *[f"m = {m}" for m in ms], f"attention err (m = {ms[-1]})"], rows))
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for R, errs in approx["kernel"].items():
-            ax.loglog(ms, errs, marker="o", label=f"R = {R}")
-        ax.set_xlabel("random features m")
-        ax.set_ylabel("median relative error")
-        ax.legend()
+        fig, note = _approx_figure(approx)
         out.append(f"\n![approximation]({save_figure('approx', fig)})\n")
+        if note:
+            out.append(note + "\n")
         c = claims.get("approx_large_norm_useless")
         if c:
             out.append(f"- Large norms make random features useless, normalised q/k does not: **{_verdict(c)}** "
@@ -72,16 +68,9 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         for task, rows in train.items():
             out.append(f"**Task `{task}`** ({'copy the token at i − 3' if task == 'copy' else 'associative recall'})\n")
             tab = [[v, _ms(r["accuracy"], 3), _ms(r["final_loss"], 3), _ms(r["spikes"], 1),
-                    f"{r['diverged']}/{r['seeds']}"] for v, r in rows.items()]
+                    f"{r['diverged']}/{r['seeds']}"] for v, r in _ordered(rows)]
             out.append(_table(["variant", "accuracy", "final loss", "loss spikes", "diverged"], tab))
-            fig, ax = plt.subplots(figsize=(5, 3.2))
-            for v, r in rows.items():
-                for i, curve in enumerate(r["curves"]):
-                    ax.plot(curve, color=f"C{list(rows).index(v)}", alpha=0.7, label=v if i == 0 else None)
-            ax.set_xlabel("step (subsampled)")
-            ax.set_ylabel("training loss")
-            ax.legend(fontsize=7)
-            out.append(f"\n![{task} training]({save_figure(f'train_{task}', fig)})\n")
+            out.append("")
             for key, text in ((f"{task}_rpe_beats_nope", "RPE beats no RPE (normalised q/k) by > 0.02 accuracy"),
                               (f"{task}_norm_rpe_beats_raw_performer", "normalised q/k + RPE beats Performer on raw q/k by > 0.02"),
                               (f"{task}_norm_rpe_close_to_softmax", "normalised q/k + RPE within 0.05 of softmax + RPE")):
@@ -90,23 +79,46 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                     nums = ", ".join(f"{k} {v:.3f}" for k, v in c.items() if k != "holds" and isinstance(v, float))
                     out.append(f"- {text}: **{_verdict(c)}** ({nums}).")
             out.append("")
+        out.append(f"![training loss per task]({save_figure('train', _train_figure(train))})\n")
+        out.append("Training loss: mean over seeds (line) and the range of the seeds (band); one colour per "
+                   "variant, the same in both panels.\n")
 
     sp = summary.get("speed")
     if sp:
         out.append(f"### Speed (forward+backward, 1 thread, {sp['heads']} heads, d = {sp['head_dim']}, "
                    f"m = {sp['features']})\n")
-        keys = ("fft", "dense", "softmax", "no_rpe")
+        keys = ("fft", "dense", "softmax", "no_rpe") + (("floor",) if any("floor" in r for r in sp["rows"]) else ())
         tab = [[r["n"]] + [f"{r[k]:.3f}" if k in r else "—" for k in keys] for r in sp["rows"]]
         out.append(_table(["n", "FFT kernelized RPE (s)", "dense kernelized RPE (s)", "softmax + bias (s)",
-                           "kernelized, no RPE (s)"], tab))
+                           "kernelized, no RPE (s)", "FFT floor (s)"][:len(keys) + 1], tab))
         sl = summary.get("speed_slopes", {})
-        out.append("\nLog-log slopes of time vs n: " + ", ".join(
+        out.append("\nWall-clock seconds, best of the repeats. Log-log slopes of wall time vs n: " + ", ".join(
             f"{k} {v:.2f}" for k, v in sl.items() if v is not None) + ".")
+        cpu = summary.get("speed_slopes_cpu", {})
+        if cpu:
+            out.append("Log-log slopes of CPU time vs n (one thread; time spent waiting for a core is not counted): "
+                       + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items() if v is not None) + ".")
+        load = _load_text(sp)
+        if load:
+            out.append(load)
         c = claims.get("fft_grows_subquadratically")
-        if c and c["slope_fft_n_ge_1024"] is not None:
-            out.append(f"- FFT path grows like n log n (log-log slope ≤ 1.2 for n ≥ 1024, the issue's target): **{_verdict(c)}** "
-                       f"(slope {c['slope_fft_n_ge_1024']:.2f}). The full timing table with memory is "
-                       "`benchmarks/results/krpe.json`.")
+        slope = c.get("slope", c.get("slope_fft_n_ge_1024")) if c else None
+        if c and slope is not None:
+            extra = ""
+            r = c.get("dense_over_fft")
+            if r and r.get("dense_over_fft"):
+                extra = f"; at n = {r['n']} the dense path takes {r['dense_over_fft']:.1f}× the FFT path's time"
+            if c.get("basis") == "cpu_ratio_to_floor":
+                how = ("read from the CPU-time ratio of the FFT path to the FFT floor (the FFTs alone, an n log n "
+                       f"reference timed in the same run), whose log-log slope for n ≥ 1024 must be ≤ {c['limit']:g} "
+                       f"(an n² path gives ≈ 0.9): slope {slope:.2f}. The FFT path alone grows with slope "
+                       f"{c['slope_fft_cpu_n_ge_1024']:.2f} in CPU time and {c['slope_fft_n_ge_1024']:.2f} in wall "
+                       "time; the floor's own slope shows how much of that the machine's caches and load add")
+            else:
+                basis = "CPU time" if c.get("basis") == "cpu" else "wall time"
+                how = f"log-log slope of {basis} ≤ 1.2 for n ≥ 1024, measured within one run: slope {slope:.2f}"
+            out.append(f"- The FFT path grows like n log n: **{_verdict(c)}**; {how}{extra}. The full timing table "
+                       "with memory is `benchmarks/results/krpe.json` (`make bench`).")
         out.append("")
 
     num = summary.get("numerics")
@@ -120,11 +132,95 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         out.append(f"\n- The documented float32 bound holds on every row: **{_verdict(c)}**.")
         c = claims.get("float32_fails_wide_growing_bias")
         if c:
-            out.append(f"- A bias that grows with distance over ≥ 40 nats breaks float32 (the issue's observation): "
+            out.append(f"- A bias that grows with distance over ≥ 40 nats breaks float32: "
                        f"**{_verdict(c)}**; float64 accumulation errors: "
                        + ", ".join(f"{e64:.1e} at {B:g} nats" for B, _, e64 in c["errors"]) + ".")
         out.append("")
     return "\n".join(out)
+
+
+def _ordered(rows: dict) -> list[tuple[str, dict]]:
+    """The variants of ``rows`` in the section's fixed order (unknown ones last)."""
+    known = [(v, rows[v]) for v in exp.VARIANTS if v in rows]
+    return known + [(v, r) for v, r in rows.items() if v not in exp.VARIANTS]
+
+
+def _load_text(sp: dict) -> str:
+    before, after = sp.get("load_before"), sp.get("load_after")
+    if not before:
+        return ""
+    cores = sp.get("cpu_count")
+    return (f"Load average (1 min) {before[0]:.2f} before and {after[0]:.2f} after the timings"
+            + (f", on {cores} cores" if cores else "") + "; above about one per core, wall times are inflated by "
+            "other work; the claim below reads CPU-time ratios measured within this run.") if after else ""
+
+
+def _approx_figure(approx: dict):
+    """Median relative error against m, one curve per norm R; says which curves coincide."""
+    import matplotlib.pyplot as plt
+
+    from posenc.report.plotting import fit_ylim
+
+    ms = approx["features"]
+    norms = list(approx["kernel"])
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "D", "v", "P"]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for i, R in enumerate(norms):
+        # open markers growing with i: a curve drawn over an earlier one still shows the earlier markers
+        ax.plot(ms, approx["kernel"][R], ls=styles[i % len(styles)], marker=markers[i % len(markers)],
+                ms=5 + 1.8 * i, mfc="none", mew=1.3, label=f"R = {R}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ms, [str(m) for m in ms])
+    ax.minorticks_off()
+    fit_ylim(ax, [e for R in norms for e in approx["kernel"][R]], log=True)
+    ax.set_xlabel("random features m")
+    ax.set_ylabel("median relative error")
+    ax.legend(fontsize=8)
+    # curves that lie within 5% of each other at every m are drawn on top of each other: say so
+    same = []
+    for i, a in enumerate(norms):
+        for b in norms[i + 1:]:
+            ea, eb = approx["kernel"][a], approx["kernel"][b]
+            if all(abs(x - y) <= 0.05 * max(abs(x), abs(y), 1e-12) for x, y in zip(ea, eb)):
+                same.append(f"R = {a} and R = {b}")
+    note = ("The curves for " + "; ".join(same) + " coincide (within 5% at every m): they are drawn on top of "
+            "each other, told apart by their markers." if same else "")
+    if same:
+        ax.text(0.98, 0.9, "\n".join(f"{x}: coincide" for x in same), transform=ax.transAxes, ha="right",
+                va="top", fontsize=7, bbox=dict(fc="white", ec="none", alpha=0.8))
+    fig.tight_layout()
+    return fig, note
+
+
+def _train_figure(train: dict):
+    """Training loss against step, one panel per task, one colour per variant, one legend."""
+    import matplotlib.pyplot as plt
+
+    from posenc.report.plotting import figure_legend, method_colours
+
+    order = list(exp.VARIANTS) + sorted({v for rows in train.values() for v in rows} - set(exp.VARIANTS))
+    colour = method_colours(order)
+    tasks = [t for t in ("copy", "recall") if t in train] + [t for t in train if t not in ("copy", "recall")]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.8 * len(tasks), 3.4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for v, r in _ordered(train[task]):
+            curves = [c for c in r["curves"] if c]
+            if not curves:
+                continue
+            steps = min(len(c) for c in curves)
+            cols = [[c[t] for c in curves] for t in range(steps)]
+            ax.plot(range(steps), [sum(x) / len(x) for x in cols], color=colour[v], lw=1.5, label=v)
+            if len(curves) > 1:
+                ax.fill_between(range(steps), [min(x) for x in cols], [max(x) for x in cols], color=colour[v],
+                                alpha=0.15, lw=0)
+        ax.set_title(f"task {task}")
+        ax.set_xlabel("step (subsampled)")
+        ax.set_ylabel("training loss")
+    figure_legend(fig, axes[0])
+    fig.tight_layout()
+    return fig
 
 
 SECTION = Section(

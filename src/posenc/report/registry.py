@@ -1,7 +1,7 @@
 """The registered reproduction sections, loaded lazily by name.
 
 Each entry maps a section name to ``"module:attribute"`` holding a
-:class:`~posenc.report.section.Section`. Later issues add one line here.
+:class:`~posenc.report.section.Section`; a new section adds one line here.
 """
 
 from __future__ import annotations

@@ -29,13 +29,12 @@ CLAIM_TEXT = {
 
 
 def _colours(variants: list[str]) -> dict[str, object]:
-    """One fixed colour per variant (the same in every panel and every run of the section)."""
-    import matplotlib
+    """One fixed colour per variant (by its place in ``ORDER``: the same in every panel and every run)."""
+    from posenc.report.plotting import method_colours
 
-    strong = [matplotlib.colormaps["tab10"](i) for i in range(10)]
-    light = [matplotlib.colormaps["Dark2"](i) for i in range(8)]
-    palette = strong + light
-    return {v: palette[i % len(palette)] for i, v in enumerate(ORDER) if v in variants}
+    order = list(ORDER) + [v for v in variants if v not in ORDER]
+    colours = method_colours(order)
+    return {v: colours[v] for v in variants}
 
 
 def _figure(summary: dict, save_figure: FigureSaver) -> str:
@@ -43,6 +42,8 @@ def _figure(summary: dict, save_figure: FigureSaver) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from posenc.report.plotting import figure_legend
 
     tasks = [t for t in TASKS if t in summary["table"]]
     variants = [v for v in ORDER if any(v in summary["table"][t] for t in tasks)]
@@ -65,13 +66,7 @@ def _figure(summary: dict, save_figure: FigureSaver) -> str:
         ax.set_xlabel("test length (tokens; grey: training length)")
         ax.set_ylim(0, 1.02)
     axes[0][0].set_ylabel("accuracy (mean over seeds)")
-    handles, labels = [], []
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    figure_legend(fig, axes[0])
     fig.tight_layout()
     return f"![accuracy against test length]({save_figure('length', fig)})"
 
