@@ -113,13 +113,14 @@ class PlainProgress:
     extrapolated from the work done *in this run* (``skipped`` work is not timed).
     """
 
-    def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "") -> None:
+    def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "",
+                 start: float | None = None) -> None:
         import time
 
         self.description, self.every, self.unit = description, every, unit
         self.stream = stream if stream is not None else sys.stderr
         self._clock = time.monotonic
-        self.start = self._clock()
+        self.start = self._clock() if start is None else start  # a time.monotonic() value
         self._last = -float("inf")
         self._done = 0.0
         self._skipped = 0.0
@@ -454,13 +455,21 @@ def reproduce_cmd(
         argv = ["posenc", *sys.argv[1:]]
         kwargs = dict(argv=argv, workers=workers, executor=executor, address=address, threads=threads, jobs=job)
         if not _stderr_is_terminal():
+            import time
+
             plain: dict[str, PlainProgress] = {}
+            began = {"t": time.monotonic()}
 
             def progress(section: str, key: str, done: float, total: float, skipped: bool,
                          count: int = 0, of: int = 0) -> None:
-                bar = plain.setdefault(section, PlainProgress(f"reproduce {section}"))
+                if section not in plain:  # a section's clock starts when the previous one ended
+                    plain[section] = PlainProgress(f"reproduce {section}", start=began["t"])
+                bar = plain[section]
                 bar.update(done, total, f"{key}{' (done before)' if skipped else ''}", force=True,
                            skipped=skipped, count=f"{count}/{of} jobs")
+                if count == of:
+                    nonlocal began
+                    began = {"t": time.monotonic()}
 
             return reproduce(names, profile, out, seeds, shard, progress, **kwargs)
         state = {"bar": None, "task": None}

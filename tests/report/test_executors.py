@@ -238,3 +238,13 @@ def test_files_keep_the_umask_mode(toy, tmp_path):
         assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(old)
+
+
+def test_import_posenc_and_the_runner_do_not_import_ray():
+    import subprocess
+
+    code = ("import sys, posenc, posenc.report.runner, posenc.report.executors; "
+            "print(sorted(m for m in ('ray', 'matplotlib', 'typer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.stdout.strip() == "[]"

@@ -306,6 +306,7 @@ class RayExecutor:
         # Workers of an instance we start import what the driver imports (its sys.path).
         old = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
             self._ray.init(num_cpus=num_cpus or available_cores(), **kwargs)
         finally:
@@ -371,7 +372,7 @@ def make_executor(kind: str = "local", workers: int = 1, threads: int | None = N
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     if kind == "ray":
-        return RayExecutor(address=address, threads=threads or 1)
+        return RayExecutor(address=address, threads=threads or 1, max_in_flight=workers if workers > 1 else None)
     if address is not None:
         raise ValueError("--address is for --executor ray")
     if workers == 1:

@@ -440,10 +440,12 @@ def reproduce(
         shard: ``"i/n"``: run shard i of n (balanced by cost); no report.
         progress: called after each job (see :data:`ProgressFn`).
         argv: the command recorded in the report.
-        workers: local worker processes (``executor="local"``).
+        workers: local worker processes (``executor="local"``); on Ray, when > 1, the most
+            jobs in flight at once (default there: the cluster's CPUs // threads).
         executor: ``"local"`` or ``"ray"``.
         address: Ray cluster address (``"auto"``, ``"ray://host:port"``); ``None`` starts or joins a local one.
-        threads: torch threads per job (default: cores // workers, at least 1).
+        threads: torch threads per job (default: cores // workers, at least 1; 1 on Ray,
+            where it is also the CPUs each task reserves).
         jobs: run only these job keys (one section); no report.
 
     Returns:
@@ -461,8 +463,8 @@ def reproduce(
     shard_t = parse_shard(shard)
     if jobs and len(names) != 1:
         raise ValueError("--job needs exactly one section")
-    if threads is None:
-        threads = default_threads(workers)
+    if threads is None:  # what one worker owns; a Ray task asks for one CPU unless told otherwise
+        threads = 1 if executor == "ray" else default_threads(workers)
     if out is None:
         out = Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out)
