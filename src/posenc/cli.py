@@ -468,8 +468,7 @@ def reproduce_cmd(
                 bar.update(done, total, f"{key}{' (done before)' if skipped else ''}", force=True,
                            skipped=skipped, count=f"{count}/{of} jobs")
                 if count == of:
-                    nonlocal began
-                    began = {"t": time.monotonic()}
+                    began["t"] = time.monotonic()
 
             return reproduce(names, profile, out, seeds, shard, progress, **kwargs)
         state = {"bar": None, "task": None}
