@@ -114,7 +114,7 @@ class PlainProgress:
     """
 
     def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "",
-                 start: float | None = None) -> None:
+                 start: float | None = None, rate_from_first: bool = False) -> None:
         import time
 
         self.description, self.every, self.unit = description, every, unit
@@ -124,6 +124,10 @@ class PlainProgress:
         self._last = -float("inf")
         self._done = 0.0
         self._skipped = 0.0
+        # rate_from_first: measure the rate from the first update on (a loop whose first
+        # step carries one-off set-up time), not from ``start``
+        self._rate_from_first = rate_from_first
+        self._first: tuple[float, float] | None = None
 
     def update(self, done: float, total: float, item: str = "", force: bool = False, skipped: bool = False,
                count: str = "") -> None:
@@ -134,11 +138,16 @@ class PlainProgress:
         self._done = done
         if not force and now - self._last < self.every and done < total:
             return
+        if self._first is None:
+            self._first = (now, done)
         self._last = now
         elapsed = now - self.start
-        worked = done - self._skipped
+        if self._rate_from_first:
+            spent, worked = now - self._first[0], done - self._first[1]
+        else:
+            spent, worked = elapsed, done - self._skipped
         left = max(0.0, total - done)
-        eta = _duration(elapsed / worked * left) if worked > 0 else "?"
+        eta = "0s" if left == 0 else (_duration(spent / worked * left) if worked > 0 else "?")
         pct = 100.0 * done / total if total else 100.0
         head = f"{self.description}: {item}, " if item else f"{self.description}: "
         amount = count or f"{done:g}/{total:g}{self.unit}"
@@ -158,7 +167,7 @@ def _progress(description: str, total: int, enabled: bool = True):
         yield lambda done, total: None
         return
     if not _stderr_is_terminal():
-        plain = PlainProgress(description, unit=" steps")
+        plain = PlainProgress(description, unit=" steps", rate_from_first=True)
         yield lambda done, tot: plain.update(done, tot)
         return
     with Progress(

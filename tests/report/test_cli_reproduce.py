@@ -82,10 +82,21 @@ def test_plain_progress_throttles_and_extrapolates():
     assert lines[0] == "fit: 10/100 steps (10%), elapsed 1s, ETA 9s"
     assert lines[1] == "fit: 50/100 steps (50%), elapsed 10s, ETA 10s"
     assert lines[2].startswith("fit: 100/100 steps (100%), elapsed 12s, ETA 0s") and len(lines) == 3
+    # a loop with one-off set-up before its first step: the rate is taken from the first update on
+    clock = iter([0.0, 8.0, 18.0]).__next__
+    buf = io.StringIO()
+    bar = cli.PlainProgress("fit", stream=buf, every=0.0, unit=" steps", rate_from_first=True)
+    bar._clock = clock
+    bar.start = clock()
+    bar.update(1, 101)  # t = 8: 8 s of set-up and the first step
+    bar.update(51, 101)  # t = 18: 50 steps in 10 s -> 50 left take 10 s
+    assert buf.getvalue().splitlines() == ["fit: 1/101 steps (1%), elapsed 8s, ETA ?",
+                                           "fit: 51/101 steps (50%), elapsed 18s, ETA 10s"]
 
 
 def test_fit_signal_prints_plain_progress(monkeypatch):
-    res = invoke(cli.app, ["fit-signal", "--model", "linear", "--iters", "30"])
+    res = invoke(cli.app, ["fit-signal", "--model", "linear", "--iters", "30", "--set", "sigma=0.004",
+                             "--set", "num_features=64"])
     assert res.exit_code == 0, res.stderr
     lines = [line for line in res.stderr.splitlines() if line.startswith("fit gaussian (linear)")]
     assert lines and lines[-1].startswith("fit gaussian (linear): 30/30 steps (100%)")

@@ -149,7 +149,7 @@ def test_inline_failure_reports_and_keeps_the_others(toy, tmp_path):
 
 
 def test_local_executor_protocol_directly(tmp_path):
-    ex = LocalExecutor(2, 1, context="spawn")
+    ex = LocalExecutor(2, 1)
     try:
         for i in range(3):
             ex.submit(Task(f"k{i}", toyjobs.toy_job, toyjobs.Cfg(i), 1))
