@@ -306,6 +306,10 @@ def run_section(
     finally:
         if own:
             executor.close()
+    order = {job.key: i for i, job in enumerate(jobs)}
+    for name_ in ("computed", "skipped", "claimed_elsewhere"):
+        lists[name_].sort(key=order.__getitem__)  # plan order, whatever order the jobs finished in
+    lists["failed"] = dict(sorted(lists["failed"].items(), key=lambda kv: order[kv[0]]))
     if partial or lists["failed"] or lists["claimed_elsewhere"]:
         return {"record": None, "jobs": lists}
     summary = section.summarize(results)
