@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/posenc reproduce --profile quick --out $(OUT)
+	$(BIN)/posenc reproduce --profile quick --out $(OUT) --workers 2
 	@echo "report: $(OUT)/report.md"
 
 test: $(STAMP)

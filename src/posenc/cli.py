@@ -169,15 +169,78 @@ def _emit(payload: dict, as_json: bool, title: str) -> None:
     out_console.print(table)
 
 
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+class PlainProgress:
+    """Progress as plain lines on a stream that is not a terminal (CI logs, nohup, a Ray worker).
+
+    One line per :meth:`update` that ``force``s it (a finished job), else at most one
+    every ``every`` seconds, each with the item, done/total, elapsed time and an ETA
+    extrapolated from the work done *in this run* (``skipped`` work is not timed).
+    """
+
+    def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "",
+                 start: float | None = None, rate_from_first: bool = False) -> None:
+        import time
+
+        self.description, self.every, self.unit = description, every, unit
+        self.stream = stream if stream is not None else sys.stderr
+        self._clock = time.monotonic
+        self.start = self._clock() if start is None else start  # a time.monotonic() value
+        self._last = -float("inf")
+        self._done = 0.0
+        self._skipped = 0.0
+        # rate_from_first: measure the rate from the first update on (a loop whose first
+        # step carries one-off set-up time), not from ``start``
+        self._rate_from_first = rate_from_first
+        self._first: tuple[float, float] | None = None
+
+    def update(self, done: float, total: float, item: str = "", force: bool = False, skipped: bool = False,
+               count: str = "") -> None:
+        """``done`` of ``total`` (any unit); ``skipped``: the work since the last call took no time."""
+        now = self._clock()
+        if skipped:
+            self._skipped += done - self._done
+        self._done = done
+        if not force and now - self._last < self.every and done < total:
+            return
+        if self._first is None:
+            self._first = (now, done)
+        self._last = now
+        elapsed = now - self.start
+        if self._rate_from_first:
+            spent, worked = now - self._first[0], done - self._first[1]
+        else:
+            spent, worked = elapsed, done - self._skipped
+        left = max(0.0, total - done)
+        eta = "0s" if left == 0 else (_duration(spent / worked * left) if worked > 0 else "?")
+        pct = 100.0 * done / total if total else 100.0
+        head = f"{self.description}: {item}, " if item else f"{self.description}: "
+        amount = count or f"{done:g}/{total:g}{self.unit}"
+        self.stream.write(f"{head}{amount} ({pct:.0f}%), elapsed {_duration(elapsed)}, ETA {eta}\n")
+        self.stream.flush()
+
+
+def _stderr_is_terminal() -> bool:
+    return err_console.is_terminal
+
+
 @contextmanager
 def _progress(description: str, total: int, enabled: bool = True):
-    """Yield ``update(done, total)``; the bar is drawn on stderr, and vanishes when done.
-
-    Only on a terminal: elsewhere (a pipe, a log file, a test) rich would leave a
-    blank line behind, before an ``error:`` line for instance.
-    """
-    if not enabled or not err_console.is_terminal:
+    """Yield ``update(done, total)``; a bar on a terminal (it vanishes when done), else
+    a plain line every few seconds (see :class:`PlainProgress`): rich would draw only the
+    final state there, and leave a blank line behind before an ``error:`` line."""
+    if not enabled:
         yield lambda done, total: None
+        return
+    if not _stderr_is_terminal():
+        plain = PlainProgress(description, unit=" steps", rate_from_first=True)
+        yield lambda done, tot: plain.update(done, tot)
         return
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -626,58 +689,101 @@ def reproduce_cmd(
     profile: Annotated[str, typer.Option(help="quick (minutes) | full (faithful, more seeds).")] = "quick",
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default runs/<timestamp>); re-use it to resume.")] = None,
     seeds: Annotated[Optional[int], typer.Option(help="Override the profile's number of seeds.")] = None,
-    shard: Annotated[Optional[str], typer.Option(help="Run only shard i/n of the jobs (for external schedulers).")] = None,
-    list_jobs: Annotated[bool, typer.Option("--list-jobs", help="List the planned jobs and exit.")] = False,
-    threads: Annotated[int, typer.Option(help="torch threads (jobs may set their own).")] = 2,
+    shard: Annotated[Optional[str], typer.Option(help="Run only shard i/n of the jobs, balanced by cost (for external schedulers).")] = None,
+    job: Annotated[Optional[list[str]], typer.Option("--job", help="Run only the job with this key (repeatable; one section).")] = None,
+    list_jobs: Annotated[bool, typer.Option("--list-jobs", help="List the planned jobs (of --shard, if given) and exit.")] = False,
+    workers: Annotated[int, typer.Option(help="Jobs at once: local worker processes.")] = 1,
+    executor: Annotated[str, typer.Option(help="local (this machine) | ray (pip install 'posenc[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster: auto | ray://host:port (default: start or join a local one).")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads per job (default: cores // workers, at least 1).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the registered reproduction sections and write DIR/report.md."""
+    """Run the registered reproduction sections and write DIR/report.md.
+
+    Jobs are claimed in DIR before they run, so several runs (or an array of
+    --shard runs) on one DIR split the work; a failed job is reported after the
+    others finished and were stored (exit code 1).
+    """
+    from posenc.report.runner import JobsFailed
 
     def go() -> dict:
         import torch
 
+        from posenc.report.executors import default_threads
         from posenc.report.registry import available_sections
-        from posenc.report.runner import parse_shard, plan_jobs, reproduce
+        from posenc.report.runner import parse_shard, plan_jobs, reproduce, select_jobs
 
-        torch.set_num_threads(max(1, threads))
+        if workers < 1:
+            raise CliError(f"--workers must be >= 1, got {workers}")
+        if threads is not None and threads < 1:
+            raise CliError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads or default_threads(workers))
         names = list(sections or available_sections())
-        part = parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
+        parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
         if list_jobs:
-            # the jobs of shard i/n are every n-th planned job from the (i-1)-th, as the runner runs them
-            return {name: [{"key": j.key, "config": j.config_dict()}
-                           for j in (lambda jobs: jobs if part is None else jobs[part[0]::part[1]])(
-                               plan_jobs(name, profile, seeds))]
+            shard_t = parse_shard(shard)
+            return {name: [{"key": j.key, "cost": j.cost, "alone": j.alone, "config": j.config_dict()}
+                           for j in select_jobs(plan_jobs(name, profile, seeds), shard_t, job)]
                     for name in names}
         if out is not None:
             for parent in (out, *out.parents):
                 if parent.exists() and not parent.is_dir():
                     raise CliError(f"--out {str(out)!r}: {str(parent)!r} is a file, not a directory")
+        argv = ["posenc", *sys.argv[1:]]
+        kwargs = dict(argv=argv, workers=workers, executor=executor, address=address, threads=threads, jobs=job)
+        if not _stderr_is_terminal():
+            import time
+
+            plain: dict[str, PlainProgress] = {}
+            began = {"t": time.monotonic()}
+
+            def progress(section: str, key: str, done: float, total: float, skipped: bool,
+                         count: int = 0, of: int = 0) -> None:
+                if section not in plain:  # a section's clock starts when the previous one ended
+                    plain[section] = PlainProgress(f"reproduce {section}", start=began["t"])
+                bar = plain[section]
+                bar.update(done, total, f"{key}{' (done before)' if skipped else ''}", force=True,
+                           skipped=skipped, count=f"{count}/{of} jobs")
+                if count == of:
+                    began["t"] = time.monotonic()
+
+            return reproduce(names, profile, out, seeds, shard, progress, **kwargs)
         state = {"bar": None, "task": None}
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
             TimeElapsedColumn(), console=err_console, transient=False, disable=not err_console.is_terminal,
         ) as bar:
-            def progress(section: str, key: str, done: float, total: float, skipped: bool) -> None:
+            def progress(section: str, key: str, done: float, total: float, skipped: bool,
+                         count: int = 0, of: int = 0) -> None:
                 if state["task"] is None or state["bar"] != section:
                     state["bar"], state["task"] = section, bar.add_task(section, total=total)
                 bar.update(state["task"], completed=done, total=total,
-                           description=f"{section}: {key}{' (done before)' if skipped else ''}")
+                           description=f"{section} {count}/{of}: {key}{' (done before)' if skipped else ''}")
 
-            result = reproduce(names, profile, out, seeds, shard, progress,
-                               argv=["posenc", *sys.argv[1:]])
+            result = reproduce(names, profile, out, seeds, shard, progress, **kwargs)
         return result
 
-    payload = _run(go)
+    try:
+        payload = _run(go)
+    except JobsFailed as err:
+        if as_json:
+            sys.stdout.write(_to_json({**err.payload, "failed": err.failures}) + "\n")
+        sys.stderr.write(f"error: {err}\n")
+        raise typer.Exit(code=1) from None
     if as_json or list_jobs:
         if not as_json:
             for name, jobs in payload.items():
                 out_console.print(f"[bold]{name}[/]: {len(jobs)} jobs")
-                for job in jobs:
-                    out_console.print(f"  {job['key']}", highlight=False)
+                for item in jobs:
+                    out_console.print(f"  {item['key']}", highlight=False)
             return
         sys.stdout.write(_to_json(payload) + "\n")
         return
-    out_console.print(f"report: {payload['report'] or '(shard run: no report)'}", highlight=False)
+    out_console.print(f"report: {payload['report'] or '(shard or --job run: no report)'}", highlight=False)
+    for name, lists in payload.get("jobs", {}).items():
+        if shard or job:
+            out_console.print(f"{name}: computed {len(lists['computed'])}, skipped {len(lists['skipped'])}, "
+                              f"claimed by another run {len(lists['claimed_elsewhere'])}", highlight=False)
     for name, rec in payload["sections"].items():
         claims = rec["summary"].get("claims", {}) if isinstance(rec["summary"], dict) else {}
         verdicts = ", ".join(f"{k}: {_claim_word(v)}" for k, v in claims.items())

@@ -372,7 +372,7 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
         Job("approx", run_approx, ApproxConfig(draws=4 if quick else 16), cost=1.0),
         Job("numerics", run_numerics, NumericsConfig(n=512 if quick else 2048), cost=0.5),
         Job("speed", run_speed, SpeedConfig() if quick else SpeedConfig(lengths=(256, 1024, 4096, 16384)),
-            cost=2.0 if quick else 20.0),
+            cost=2.0 if quick else 20.0, alone=True),
     ]
     steps = {"copy": 150, "recall": 200} if quick else {"copy": 1000, "recall": 2000}
     for task in ("copy", "recall"):

@@ -5,11 +5,30 @@ user function, records the loss and metrics of every step (for convergence
 curves and areas under them), evaluates every ``eval_every`` steps, and reports
 progress through a callback (it never prints; the CLI renders progress).
 
-Distributed data parallel: when launched by ``torchrun`` (``WORLD_SIZE``,
-``RANK``, ``LOCAL_RANK`` set) *and* ``torch.distributed`` has been initialised
-by the caller, the model is wrapped in ``DistributedDataParallel`` and every rank
-draws its own batches (seed offset by the rank); otherwise the loop runs in one
-process. Only rank 0 calls ``progress``.
+Distributed data parallel (tested: ``tests/models/test_train_ddp.py`` launches
+``torchrun --nproc_per_node=2`` and checks the parameters against one process):
+
+- Launched by ``torchrun`` (``WORLD_SIZE > 1``), :func:`train` uses the process
+  group the caller initialised, or initialises one itself from torchrun's
+  environment (``env://``; ``gloo`` for CPU models, ``nccl`` for CUDA ones). With
+  ``WORLD_SIZE > 1`` and neither a group nor ``MASTER_ADDR`` it refuses, rather
+  than train unsynchronised copies.
+- The model is wrapped in ``DistributedDataParallel``, which broadcasts rank 0's
+  initial parameters and averages gradients over the ranks. Every rank draws its
+  own batches (the generator's seed is offset by the rank), so one step sees
+  ``world_size x`` the per-rank batch: the **effective batch is world_size times
+  the batch ``sample_batch`` returns**, and a step is the step of one process on
+  the ranks' batches concatenated (for a loss that is a mean over the batch).
+- The **learning rate is not scaled**: ``config.lr`` is used as given. To keep
+  the single-process trajectory per *sample*, divide the per-rank batch by the
+  world size; to train on a larger batch, the linear-scaling heuristic
+  (``lr x world_size`` with warm-up) is the caller's choice.
+- The loss and metrics in the returned history are averaged over the ranks (one
+  small all-reduce per step); only rank 0 calls ``progress``, and only rank 0
+  should write results (``history["rank"] == 0``).
+
+Multi-node: ``torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d
+--rdzv-endpoint=HOST:29500 script.py`` on every node (see ``docs/scale.md``).
 """
 
 from __future__ import annotations
@@ -53,6 +72,33 @@ class DistInfo:
                        int(os.environ.get("LOCAL_RANK", "0")), True)
         return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
                    int(os.environ.get("LOCAL_RANK", "0")), False)
+
+
+def ensure_process_group(cuda: bool = False) -> DistInfo:
+    """Initialise ``torch.distributed`` from torchrun's environment when ``WORLD_SIZE > 1``.
+
+    Args:
+        cuda: the model lives on CUDA (``nccl``); else ``gloo``.
+
+    Returns:
+        The :class:`DistInfo` after initialisation (``initialized`` is False for one process).
+
+    Raises:
+        RuntimeError: ``WORLD_SIZE > 1`` but there is no process group and no
+            ``MASTER_ADDR`` to create one from (not launched by torchrun).
+    """
+    info = DistInfo.from_env()
+    if info.initialized or info.world_size <= 1:
+        return info
+    if not torch.distributed.is_available():
+        raise RuntimeError(f"WORLD_SIZE={info.world_size} but torch.distributed is not available in this build")
+    if "MASTER_ADDR" not in os.environ:
+        raise RuntimeError(
+            f"WORLD_SIZE={info.world_size} but no process group is initialised and MASTER_ADDR is not set: "
+            "launch with torchrun, or call torch.distributed.init_process_group first"
+        )
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", init_method="env://")
+    return DistInfo.from_env()
 
 
 @dataclass(frozen=True)
@@ -109,12 +155,17 @@ def train(
 
     Returns:
         ``{"loss": [per-step training loss], "metrics": {name: [per step]},
-        "evals": [{"step": s, ...metrics}], "seconds": float, "world_size": int}``.
+        "evals": [{"step": s, ...metrics}], "seconds": float, "world_size": int, "rank": int}``;
+        under DDP the loss and metrics are averages over the ranks.
+
+    Raises:
+        RuntimeError: ``WORLD_SIZE > 1`` without a process group or torchrun's environment.
     """
     check_positive_int("steps", config.steps)
     check_positive_float("lr", config.lr)
     check_positive_int("eval_every", config.eval_every, minimum=0)
-    dist = DistInfo.from_env()
+    first = next(iter(model.parameters()), None)
+    dist = ensure_process_group(cuda=first is not None and first.is_cuda)
     old_threads = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(check_positive_int("threads", config.threads))
@@ -152,6 +203,9 @@ def train(
             opt.step()
             sched.step()
             value = float(loss.detach())
+            if dist.initialized and dist.world_size > 1:
+                value, metrics = _rank_average(value, metrics, dist.world_size,
+                                               first.device if first is not None else None)
             history["loss"].append(value)
             for k, v in metrics.items():
                 history["metrics"].setdefault(k, []).append(float(v))
@@ -163,6 +217,17 @@ def train(
         run_eval(config.steps)
         history["seconds"] = time.perf_counter() - start
         history["world_size"] = dist.world_size
+        history["rank"] = dist.rank
         return history
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _rank_average(loss: float, metrics: dict[str, float], world_size: int,
+                  device: torch.device | None = None) -> tuple[float, dict[str, float]]:
+    """The loss and metrics averaged over the ranks (one all-reduce of a small float64 vector)."""
+    keys = sorted(metrics)
+    vec = torch.tensor([loss, *(float(metrics[k]) for k in keys)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(vec)
+    vec /= world_size
+    return float(vec[0]), {k: float(v) for k, v in zip(keys, vec[1:].tolist())}

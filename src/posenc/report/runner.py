@@ -22,12 +22,38 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.report.executors import InlineExecutor, LocalExecutor, RayExecutor, Task, make_executor
 from posenc.report.registry import SECTIONS, get_section
 from posenc.report.section import PROFILES, Job
-from posenc.report.store import JobStore, atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from posenc.report.store import (
+    Claim,
+    ClaimKeeper,
+    JobStore,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+)
 
-#: ``progress(section, key, done_cost, total_cost, skipped)`` after each job.
-ProgressFn = Callable[[str, str, float, float, bool], None]
+Executor = InlineExecutor | LocalExecutor | RayExecutor
+
+#: ``progress(section, key, done_cost, total_cost, skipped, jobs_done, jobs_total)`` after each job.
+ProgressFn = Callable[[str, str, float, float, bool, int, int], None]
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs raised (or their workers died); the others finished and are stored.
+
+    Attributes:
+        failures: ``{"section/key": "ExceptionType: message"}``.
+        payload: what :func:`reproduce` would have returned (the finished sections and job lists).
+    """
+
+    def __init__(self, failures: dict[str, str], payload: dict | None = None) -> None:
+        self.failures, self.payload = failures, payload or {}
+        first, why = next(iter(failures.items()))
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        super().__init__(f"{len(failures)} job(s) failed; {first}: {why}{more}")
 
 
 def parse_shard(shard: str | None) -> tuple[int, int] | None:
@@ -43,6 +69,36 @@ def parse_shard(shard: str | None) -> tuple[int, int] | None:
     return i - 1, n
 
 
+def balance_shards(costs: Sequence[float], n: int) -> list[list[int]]:
+    """Split job indices into ``n`` shards of near-equal total cost.
+
+    Greedy longest-processing-time: jobs in order of decreasing cost (ties: plan
+    order) each go to the shard with the smallest load so far (ties: the lower
+    shard). Deterministic, so every worker of an array computes the same split;
+    each shard lists its indices in plan order. The largest load is at most
+    4/3 of the optimum (Graham 1969).
+
+    Args:
+        costs: the jobs' ``cost`` values, in plan order (finite, >= 0).
+        n: the number of shards (>= 1).
+
+    Returns:
+        ``n`` lists of indices into ``costs``; together a partition of ``range(len(costs))``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    for c in costs:
+        if not (isinstance(c, (int, float)) and c >= 0 and c != float("inf")):
+            raise ValueError(f"costs must be finite and >= 0, got {c!r}")
+    loads = [0.0] * n
+    bins: list[list[int]] = [[] for _ in range(n)]
+    for i in sorted(range(len(costs)), key=lambda j: (-costs[j], j)):
+        b = min(range(n), key=lambda k: (loads[k], k))
+        bins[b].append(i)
+        loads[b] += costs[i]
+    return [sorted(b) for b in bins]
+
+
 def plan_jobs(name: str, profile: str, seeds: int | None) -> list[Job]:
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
@@ -53,6 +109,21 @@ def plan_jobs(name: str, profile: str, seeds: int | None) -> list[Job]:
     if len(set(keys)) != len(keys):
         raise RuntimeError(f"section {name!r} planned duplicate job keys")
     return jobs
+
+
+def select_jobs(jobs: Sequence[Job], shard: tuple[int, int] | None = None,
+                keys: Sequence[str] | None = None) -> list[Job]:
+    """The jobs of one shard (balanced by cost, see :func:`balance_shards`) or with the given keys."""
+    if keys:
+        known = {job.key for job in jobs}
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise ValueError(f"job {unknown[0]!r} is not planned (see --list-jobs)")
+        wanted = set(keys)
+        jobs = [job for job in jobs if job.key in wanted]
+    if shard is None:
+        return list(jobs)
+    return [jobs[i] for i in balance_shards([job.cost for job in jobs], shard[1])[shard[0]]]
 
 
 def _save_figure_factory(out: Path, section: str) -> Callable[[str, Any], str]:
@@ -88,6 +159,84 @@ def versions() -> dict[str, str]:
     }
 
 
+def _execute_jobs(
+    name: str,
+    todo: list[Job],
+    store: JobStore,
+    executor: Executor,
+    threads: int,
+    wait_for_others: bool,
+    claim_timeout: float,
+    on_done: Callable[[Job, dict, bool], None],
+    lists: dict[str, Any],
+) -> None:
+    """Claim, submit and store ``todo`` through ``executor``; the driver alone writes the store.
+
+    Jobs are claimed one at a time as slots free up, so several drivers on one
+    directory split the work. An ``alone`` job waits until nothing else is in
+    flight and runs with nothing beside it. Jobs another live driver holds are
+    waited for (``wait_for_others``) or listed as ``claimed_elsewhere``.
+    """
+    keeper = ClaimKeeper(interval=max(0.05, claim_timeout / 5))
+    held: dict[str, tuple[Job, Claim]] = {}
+    queue = list(todo)
+    elsewhere: list[Job] = []
+    running_alone = False
+    try:
+        while queue or held or elsewhere:
+            # fill free slots, in plan order, claiming each job as it is submitted
+            progressed = False
+            i = 0
+            while i < len(queue) and not running_alone and len(held) < executor.slots:
+                job = queue[i]
+                if job.alone and held:
+                    break  # wait until everything in flight has finished
+                cfg = job.config_dict()
+                record = store.load(name, job.key, cfg)
+                if record is not None:  # finished by another driver meanwhile
+                    queue.pop(i)
+                    lists["skipped"].append(job.key)
+                    on_done(job, record, True)
+                    progressed = True
+                    continue
+                claim = store.claim(name, job.key, claim_timeout)
+                if claim is None:
+                    elsewhere.append(queue.pop(i))
+                    continue
+                keeper.add(claim)
+                queue.pop(i)
+                held[job.key] = (job, claim)
+                executor.submit(Task(job.key, job.run, job.config, threads, name))
+                progressed = True
+                if job.alone:
+                    running_alone = True
+            if held:
+                for outcome in executor.wait(timeout=1.0):
+                    job, claim = held.pop(outcome.key)
+                    if outcome.error is None:
+                        record = store.save(name, job.key, job.config_dict(), outcome.result, outcome.seconds)
+                        lists["computed"].append(job.key)
+                        on_done(job, record, False)
+                    else:
+                        lists["failed"][job.key] = outcome.error
+                    keeper.discard(claim)
+                    claim.release()
+                    if job.alone:
+                        running_alone = False
+                continue
+            if elsewhere and not queue:
+                if not wait_for_others:
+                    lists["claimed_elsewhere"].extend(job.key for job in elsewhere)
+                    elsewhere.clear()
+                    continue
+                # look again: finished there (skip), or free / stale again (take it over)
+                queue, elsewhere = elsewhere, []
+                if not progressed:
+                    time.sleep(min(1.0, claim_timeout / 10))
+    finally:
+        keeper.stop()
+
+
 def run_section(
     name: str,
     profile: str,
@@ -96,33 +245,73 @@ def run_section(
     shard: tuple[int, int] | None = None,
     progress: ProgressFn | None = None,
     argv: Sequence[str] | None = None,
-) -> dict | None:
-    """Run (or resume) one section; return its summary record, or None for a shard."""
+    executor: Executor | None = None,
+    threads: int = 1,
+    keys: Sequence[str] | None = None,
+    wait_for_others: bool | None = None,
+    claim_timeout: float = 300.0,
+) -> dict:
+    """Run (or resume) one section.
+
+    Args:
+        name, profile, out, seeds: what to run and where (``out`` holds the job store).
+        shard: ``(i, n)`` (0-based): run shard i of n, balanced by cost; no summary.
+        progress: called after every job (see :data:`ProgressFn`).
+        argv: the command recorded in the report.
+        executor: the engine (default: one job at a time in this process).
+        threads: torch threads per job (what one worker owns).
+        keys: run only these jobs (no summary).
+        wait_for_others: wait for jobs that another live driver has claimed (default:
+            only when the section is summarised, i.e. no shard and no keys).
+        claim_timeout: seconds after which a claim nobody refreshed is taken over.
+
+    Returns:
+        ``{"record": summary record or None, "jobs": {"computed", "skipped",
+        "claimed_elsewhere": [keys], "failed": {key: error}}}``.
+    """
     section = get_section(name)
     jobs = plan_jobs(name, profile, seeds)
-    mine = jobs if shard is None else jobs[shard[0] :: shard[1]]
+    mine = select_jobs(jobs, shard, keys)
+    partial = shard is not None or bool(keys)
+    if wait_for_others is None:
+        wait_for_others = not partial
     store = JobStore(out)
     total = sum(job.cost for job in mine) or 1.0
-    done = 0.0
+    state = {"done": 0.0, "count": 0, "computed_s": 0.0}
     results: dict[str, dict] = {}
-    computed_s = 0.0
+    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}}
     start = time.perf_counter()
-    for job in mine:
-        cfg = job.config_dict()
-        record = store.load(name, job.key, cfg)
-        skipped = record is not None
-        if record is None:
-            t0 = time.perf_counter()
-            result = job.run(job.config)
-            seconds = time.perf_counter() - t0
-            record = store.save(name, job.key, cfg, result, seconds)
-            computed_s += seconds
+
+    def on_done(job: Job, record: dict, skipped: bool) -> None:
         results[job.key] = record["result"]
-        done += job.cost
+        state["done"] += job.cost
+        state["count"] += 1
+        if not skipped:
+            state["computed_s"] += record["seconds"]
         if progress is not None:
-            progress(name, job.key, done, total, skipped)
-    if shard is not None:
-        return None
+            progress(name, job.key, state["done"], total, skipped, state["count"], len(mine))
+
+    todo = []
+    for job in mine:
+        record = store.load(name, job.key, job.config_dict())
+        if record is None:
+            todo.append(job)
+        else:
+            lists["skipped"].append(job.key)
+            on_done(job, record, True)
+    own = executor is None
+    executor = executor or InlineExecutor()
+    try:
+        _execute_jobs(name, todo, store, executor, threads, wait_for_others, claim_timeout, on_done, lists)
+    finally:
+        if own:
+            executor.close()
+    order = {job.key: i for i, job in enumerate(jobs)}
+    for name_ in ("computed", "skipped", "claimed_elsewhere"):
+        lists[name_].sort(key=order.__getitem__)  # plan order, whatever order the jobs finished in
+    lists["failed"] = dict(sorted(lists["failed"].items(), key=lambda kv: order[kv[0]]))
+    if partial or lists["failed"] or lists["claimed_elsewhere"]:
+        return {"record": None, "jobs": lists}
     summary = section.summarize(results)
     markdown = section.render(summary, _save_figure_factory(out, name))
     job_seconds = {}
@@ -139,12 +328,59 @@ def run_section(
         "quick_budget_s": section.quick_budget_s,
         "compute_seconds": sum(v for v in job_seconds.values() if v),
         "wall_seconds_this_run": time.perf_counter() - start,
-        "computed_seconds_this_run": computed_s,
+        "computed_seconds_this_run": state["computed_s"],
         "summary": summary,
         "markdown": markdown,
         "jobs": job_seconds,
     }
     atomic_write_json(out / f"{name}.json", record)
+    return {"record": record, "jobs": lists}
+
+
+def run_job(
+    section: str,
+    key: str,
+    out: str | os.PathLike,
+    profile: str = "quick",
+    seeds: int | None = None,
+    threads: int = 1,
+    force: bool = False,
+) -> dict:
+    """Run one planned job by key into the job store of ``out`` and return its stored record.
+
+    This is the unit an external scheduler runs (``posenc reproduce SECTION --job KEY``).
+    A job already stored with the same config is returned without recomputing
+    (``force=True`` recomputes it); the job is claimed while it runs.
+
+    Args:
+        section: the section name (``posenc reproduce --list-jobs``).
+        key: the job key.
+        out: the run directory shared by all workers.
+        profile, seeds: as for :func:`reproduce` (they decide the job's config).
+        threads: torch threads for the job.
+        force: recompute even if a stored result exists.
+
+    Returns:
+        ``{"key", "digest", "config", "seconds", "result"}`` as stored in
+        ``out/jobs/<section>/<key>.json``.
+
+    Raises:
+        ValueError: unknown section, profile or key; RuntimeError: another live process holds
+            the job's claim; JobsFailed: the job raised.
+    """
+    jobs = select_jobs(plan_jobs(section, profile, seeds), keys=[key])
+    job = jobs[0]
+    store = JobStore(out)
+    if force:
+        path = store.path(section, key)
+        if path.exists():
+            path.unlink()
+    res = run_section(section, profile, Path(out), seeds, keys=[key], threads=threads, wait_for_others=False)
+    if res["jobs"]["failed"]:
+        raise JobsFailed({f"{section}/{k}": v for k, v in res["jobs"]["failed"].items()})
+    record = store.load(section, key, job.config_dict())
+    if record is None:
+        raise RuntimeError(f"job {section}/{key} is claimed by another live process")
     return record
 
 
@@ -192,26 +428,73 @@ def reproduce(
     shard: str | None = None,
     progress: ProgressFn | None = None,
     argv: Sequence[str] | None = None,
+    workers: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    threads: int | None = None,
+    jobs: Sequence[str] | None = None,
 ) -> dict:
     """Run the named sections (all when empty) and write the report.
 
-    Returns ``{"out": dir, "report": path or None, "sections": {name: summary}}``.
+    Args:
+        names: section names (``None``/empty: all registered sections).
+        profile: ``"quick"`` or ``"full"``.
+        out: the run directory (re-use it to resume; share it between workers).
+        seeds: override the profile's number of seeds.
+        shard: ``"i/n"``: run shard i of n (balanced by cost); no report.
+        progress: called after each job (see :data:`ProgressFn`).
+        argv: the command recorded in the report.
+        workers: local worker processes (``executor="local"``); on Ray, when > 1, the most
+            jobs in flight at once (default there: the cluster's CPUs // threads).
+        executor: ``"local"`` or ``"ray"``.
+        address: Ray cluster address (``"auto"``, ``"ray://host:port"``); ``None`` starts or joins a local one.
+        threads: torch threads per job (default: cores // workers, at least 1; 1 on Ray,
+            where it is also the CPUs each task reserves).
+        jobs: run only these job keys (one section); no report.
+
+    Returns:
+        ``{"out": dir, "report": path or None, "sections": {name: summary},
+        "jobs": {name: {"computed", "skipped", "claimed_elsewhere": [keys], "failed": {key: error}}}}``.
+
+    Raises:
+        JobsFailed: after every other job finished and was stored, when some jobs raised.
     """
+    from posenc.report.executors import default_threads
+
     names = list(names) if names else list(SECTIONS)
     for name in names:
         get_section(name)  # fail early on an unknown name
     shard_t = parse_shard(shard)
+    if jobs and len(names) != 1:
+        raise ValueError("--job needs exactly one section")
+    if threads is None:  # what one worker owns; a Ray task asks for one CPU unless told otherwise
+        threads = 1 if executor == "ray" else default_threads(workers)
     if out is None:
         out = Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out)
+    engine = make_executor(executor, workers, threads, address)
     out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
-    for name in names:
-        record = run_section(name, profile, out, seeds, shard_t, progress, argv or sys.argv)
-        if record is not None:
-            summaries[name] = {
-                "summary": record["summary"],
-                "compute_seconds": record["compute_seconds"],
-            }
-    report = None if shard_t is not None else write_report(out, argv or sys.argv)
-    return {"out": str(out), "report": None if report is None else str(report), "sections": summaries}
+    job_lists: dict[str, Any] = {}
+    failures: dict[str, str] = {}
+    try:
+        for name in names:
+            res = run_section(name, profile, out, seeds, shard_t, progress, argv or sys.argv,
+                              executor=engine, threads=threads, keys=jobs)
+            job_lists[name] = res["jobs"]
+            failures.update({f"{name}/{k}": v for k, v in res["jobs"]["failed"].items()})
+            record = res["record"]
+            if record is not None:
+                summaries[name] = {
+                    "summary": record["summary"],
+                    "compute_seconds": record["compute_seconds"],
+                }
+    finally:
+        engine.close()
+    partial = shard_t is not None or bool(jobs)
+    report = None if partial or failures else write_report(out, argv or sys.argv)
+    payload = {"out": str(out), "report": None if report is None else str(report), "sections": summaries,
+               "jobs": job_lists}
+    if failures:
+        raise JobsFailed(failures, payload)
+    return payload

@@ -8,7 +8,9 @@ and hands the summary to ``render``, which returns markdown and saves figures
 through the :class:`FigureSaver` it is given.
 
 Because jobs are independent pure functions of their config, a sweep can be run
-by any engine: ``posenc reproduce SECTION --shard i/n`` runs every n-th job, and
+by any engine: ``posenc reproduce SECTION --shard i/n`` runs one of n shards
+balanced by the jobs' costs, ``--job KEY`` runs one job, ``--workers N`` /
+``--executor ray`` run them in parallel (see :mod:`posenc.report.executors`), and
 ``posenc reproduce --list-jobs --json`` lists them.
 """
 
@@ -30,13 +32,16 @@ class Job:
         key: unique within the section; letters, digits, ``-``, ``_``, ``.`` and ``=``.
         run: a pure function ``config -> JSON-serialisable dict``.
         config: a frozen dataclass (stored beside the result, hashed to detect changes).
-        cost: a rough relative cost, used only to weight the progress bar.
+        cost: a rough relative cost: weights the progress bar and balances shards.
+        alone: a timing job: never run beside other jobs of the same run (the runner
+            waits until nothing else is in flight, runs it, then goes on).
     """
 
     key: str
     run: Callable[[Any], dict]
     config: Any
     cost: float = 1.0
+    alone: bool = False
 
     def config_dict(self) -> dict:
         if dataclasses.is_dataclass(self.config):
