@@ -176,6 +176,10 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
+#: seconds between two plain progress lines of a fit (and before the first one)
+PLAIN_PROGRESS_EVERY = 5.0
+
+
 class PlainProgress:
     """Progress as plain lines on a stream that is not a terminal (CI logs, nohup, a Ray worker).
 
@@ -185,7 +189,7 @@ class PlainProgress:
     """
 
     def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "",
-                 start: float | None = None, rate_from_first: bool = False) -> None:
+                 start: float | None = None, rate_from_first: bool = False, quiet_start: bool = False) -> None:
         import time
 
         self.description, self.every, self.unit = description, every, unit
@@ -199,6 +203,10 @@ class PlainProgress:
         # step carries one-off set-up time), not from ``start``
         self._rate_from_first = rate_from_first
         self._first: tuple[float, float] | None = None
+        # quiet_start: nothing at all before ``every`` seconds have passed, so a short
+        # command (or one that fails at once) leaves stderr to its result or its error line
+        self._quiet_start = quiet_start
+        self._lines = 0
 
     def update(self, done: float, total: float, item: str = "", force: bool = False, skipped: bool = False,
                count: str = "") -> None:
@@ -207,11 +215,14 @@ class PlainProgress:
         if skipped:
             self._skipped += done - self._done
         self._done = done
-        if not force and now - self._last < self.every and done < total:
-            return
         if self._first is None:
             self._first = (now, done)
+        if self._quiet_start and self._lines == 0 and now - self.start < self.every:
+            return
+        if not force and now - self._last < self.every and done < total:
+            return
         self._last = now
+        self._lines += 1
         elapsed = now - self.start
         if self._rate_from_first:
             spent, worked = now - self._first[0], done - self._first[1]
@@ -239,7 +250,8 @@ def _progress(description: str, total: int, enabled: bool = True):
         yield lambda done, total: None
         return
     if not _stderr_is_terminal():
-        plain = PlainProgress(description, unit=" steps", rate_from_first=True)
+        plain = PlainProgress(description, every=PLAIN_PROGRESS_EVERY, unit=" steps", rate_from_first=True,
+                              quiet_start=True)
         yield lambda done, tot: plain.update(done, tot)
         return
     with Progress(

@@ -94,7 +94,22 @@ def test_plain_progress_throttles_and_extrapolates():
                                            "fit: 51/101 steps (50%), elapsed 18s, ETA 10s"]
 
 
+def test_plain_progress_quiet_start_prints_nothing_for_a_short_run():
+    clock = iter([0.0, 1.0, 3.0, 7.0, 8.0]).__next__
+    buf = io.StringIO()
+    bar = cli.PlainProgress("fit", stream=buf, every=5.0, unit=" steps", quiet_start=True)
+    bar._clock = clock
+    bar.start = clock()  # t = 0
+    bar.update(10, 100)  # t = 1: quiet
+    bar.update(100, 100)  # t = 3: done, but nothing was printed and the run was short: quiet
+    assert buf.getvalue() == ""
+    bar.update(50, 100)  # t = 7: past `every`: printed
+    bar.update(100, 100)  # t = 8: the last one
+    assert len(buf.getvalue().splitlines()) == 2
+
+
 def test_fit_signal_prints_plain_progress(monkeypatch):
+    monkeypatch.setattr(cli, "PLAIN_PROGRESS_EVERY", 0.0)
     res = invoke(cli.app, ["fit-signal", "--model", "linear", "--iters", "30", "--set", "sigma=0.004",
                              "--set", "num_features=64"])
     assert res.exit_code == 0, res.stderr
