@@ -1,0 +1,61 @@
+"""Search spaces by name, and enumeration of a (small) space's architectures."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+from torch import nn
+
+from posenc.search.supernet import search_space
+
+__all__ = ["SPACES", "architecture_id", "enumerate_architectures"]
+
+#: Names of the built-in spaces (``posenc search --space``): the micro NB201 cell (3 edges,
+#: 125 architectures), the NB201 cell (6 edges) and the positional-encoding space.
+SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "pe")
+
+
+def _space_of(space: nn.Module | Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    if isinstance(space, nn.Module):
+        return search_space(space)
+    if not isinstance(space, Mapping) or not space:
+        raise TypeError(f"space must be a supernet (nn.Module) or a non-empty mapping edge -> op names, "
+                        f"got {type(space).__name__}")
+    out = {}
+    for edge, ops in space.items():
+        if isinstance(ops, str) or not isinstance(ops, Sequence) or not ops:
+            raise ValueError(f"space[{edge!r}] must be a non-empty sequence of op names, got {ops!r}")
+        out[str(edge)] = tuple(ops)
+    return out
+
+
+def enumerate_architectures(space: nn.Module | Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
+    """Every architecture ``{edge: op}`` of a space, in a fixed (lexicographic) order.
+
+    Args:
+        space: a supernet (its :func:`~posenc.search.search_space`) or a mapping
+            ``{edge: candidate op names}`` such as ``NB201MicroNet.space()``.
+
+    Returns:
+        ``prod(len(ops))`` dicts; the first op of each edge varies slowest along edges.
+    """
+    sp = _space_of(space)
+    edges = list(sp)
+    return [dict(zip(edges, combo)) for combo in itertools.product(*(sp[e] for e in edges))]
+
+
+def architecture_id(choices: Mapping[str, str], space: nn.Module | Mapping[str, Sequence[str]]) -> int:
+    """The index of ``choices`` in :func:`enumerate_architectures` (mixed radix), without
+    enumerating."""
+    sp = _space_of(space)
+    missing = [e for e in sp if e not in choices]
+    if missing or len(choices) != len(sp):
+        raise ValueError(f"choices must name every edge of the space: missing {missing}, "
+                         f"unknown {[e for e in choices if e not in sp]}")
+    index = 0
+    for edge, ops in sp.items():
+        if choices[edge] not in ops:
+            raise ValueError(f"choices[{edge!r}] must be one of {list(ops)}, got {choices[edge]!r}")
+        index = index * len(ops) + ops.index(choices[edge])
+    return index
