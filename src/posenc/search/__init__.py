@@ -9,9 +9,10 @@ images (and its enumerable micro variant) and a positional-encoding space over t
 transformer testbed.
 """
 
+from posenc.search.darts import DartsCell, DartsMicroNet
 from posenc.search.mixed import MixedOp
 from posenc.search.nb201 import NB201Cell, NB201MicroNet
-from posenc.search.ops import NB201_OPS, ReLUConvBN, Zero, make_op
+from posenc.search.ops import DARTS_OPS, NB201_OPS, OPS, ReLUConvBN, SepConv, Zero, make_op
 from posenc.search.selection import (
     CRITERIA,
     Selection,
@@ -19,7 +20,9 @@ from posenc.search.selection import (
     perturbation_select,
     topology_select,
 )
-from posenc.search.spaces import SPACES, architecture_id, enumerate_architectures
+from posenc.search.pe import PE_ATTENTION, PE_ENCODINGS, PESearchNet
+from posenc.search.run import SELECTORS, digits_splits, run_search
+from posenc.search.spaces import SPACE_TRAINING, SPACES, architecture_id, build_space, enumerate_architectures
 from posenc.search.supernet import (
     arch_parameters,
     check_data,
@@ -33,8 +36,18 @@ from posenc.search.supernet import (
 
 __all__ = [
     "CRITERIA",
+    "DARTS_OPS",
+    "OPS",
+    "DartsCell",
+    "DartsMicroNet",
+    "SepConv",
     "NB201_OPS",
+    "PE_ATTENTION",
+    "PE_ENCODINGS",
+    "SELECTORS",
     "SPACES",
+    "SPACE_TRAINING",
+    "PESearchNet",
     "MixedOp",
     "NB201Cell",
     "NB201MicroNet",
@@ -43,7 +56,9 @@ __all__ = [
     "Zero",
     "arch_parameters",
     "architecture_id",
+    "build_space",
     "check_data",
+    "digits_splits",
     "enumerate_architectures",
     "evaluate",
     "magnitude_select",
@@ -51,6 +66,7 @@ __all__ = [
     "make_op",
     "mixed_ops",
     "perturbation_select",
+    "run_search",
     "search_space",
     "topology_select",
     "train_darts",

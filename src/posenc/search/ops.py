@@ -19,10 +19,14 @@ from torch import nn
 
 from posenc._checks import check_choice, check_positive_int
 
-__all__ = ["NB201_OPS", "ReLUConvBN", "Zero", "make_op"]
+__all__ = ["DARTS_OPS", "NB201_OPS", "OPS", "ReLUConvBN", "SepConv", "Zero", "make_op"]
 
 #: The NAS-Bench-201 candidate set, ``'none'`` first (index 0, as in the benchmark).
 NB201_OPS: tuple[str, ...] = ("none", "skip", "conv1x1", "conv3x3", "avgpool")
+#: A small DARTS-like candidate set (DARTS uses 3x3/5x5 separable and dilated convolutions).
+DARTS_OPS: tuple[str, ...] = ("none", "skip", "sepconv3x3", "dilconv3x3", "maxpool", "avgpool")
+#: Every op :func:`make_op` builds.
+OPS: tuple[str, ...] = ("none", "skip", "conv1x1", "conv3x3", "sepconv3x3", "dilconv3x3", "maxpool", "avgpool")
 
 
 class Zero(nn.Module):
@@ -72,19 +76,46 @@ class ReLUConvBN(nn.Module):
         return f"channels={self.channels}, kernel_size={self.kernel_size}"
 
 
+class SepConv(nn.Module):
+    """ReLU - depthwise 3x3 conv (dilation ``d``) - pointwise conv - BN, as DARTS's
+    ``sep_conv``/``dil_conv`` (one stack; DARTS's separable conv repeats it twice).
+
+    Shapes: ``(B, C, H, W) -> (B, C, H, W)``.
+    """
+
+    def __init__(self, channels: int, dilation: int = 1, *, affine: bool = True, track_running_stats: bool = False,
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        check_positive_int("channels", channels)
+        check_positive_int("dilation", dilation)
+        self.channels, self.dilation = channels, dilation
+        self.depthwise = nn.Conv2d(channels, channels, 3, padding=dilation, dilation=dilation, groups=channels,
+                                   bias=False, device=device, dtype=dtype)
+        self.pointwise = nn.Conv2d(channels, channels, 1, bias=False, device=device, dtype=dtype)
+        self.bn = nn.BatchNorm2d(channels, affine=affine, track_running_stats=track_running_stats,
+                                 device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.pointwise(self.depthwise(torch.relu(x))))
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, dilation={self.dilation}"
+
+
 def make_op(name: str, channels: int, *, affine: bool = True, track_running_stats: bool = False,
             device=None, dtype=None) -> nn.Module:
-    """Build one NAS-Bench-201 candidate op by name.
+    """Build one candidate op by name.
 
     Args:
-        name: one of :data:`NB201_OPS` — ``'none'`` (zeros), ``'skip'`` (identity),
-            ``'conv1x1'`` / ``'conv3x3'`` (ReLU-Conv-BN), ``'avgpool'`` (3x3 average pool,
-            stride 1, padding not counted).
+        name: one of :data:`OPS` — ``'none'`` (zeros), ``'skip'`` (identity),
+            ``'conv1x1'`` / ``'conv3x3'`` (ReLU-Conv-BN), ``'sepconv3x3'`` /
+            ``'dilconv3x3'`` (:class:`SepConv`, dilation 1 / 2), ``'avgpool'`` (3x3 average
+            pool, stride 1, padding not counted), ``'maxpool'`` (3x3 max pool, stride 1).
         channels: ``C``; every op maps ``(B, C, H, W) -> (B, C, H, W)``.
         affine, track_running_stats: BatchNorm settings of the convolutions.
         device, dtype: of the parameters.
     """
-    check_choice("name", name, NB201_OPS)
+    check_choice("name", name, OPS)
     check_positive_int("channels", channels)
     if name == "none":
         return Zero()
@@ -92,6 +123,11 @@ def make_op(name: str, channels: int, *, affine: bool = True, track_running_stat
         return nn.Identity()
     if name == "avgpool":
         return nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=False)
+    if name == "maxpool":
+        return nn.MaxPool2d(3, stride=1, padding=1)
+    if name in ("sepconv3x3", "dilconv3x3"):
+        return SepConv(channels, 1 if name == "sepconv3x3" else 2, affine=affine,
+                       track_running_stats=track_running_stats, device=device, dtype=dtype)
     kernel = 1 if name == "conv1x1" else 3
     return ReLUConvBN(channels, kernel, affine=affine, track_running_stats=track_running_stats,
                       device=device, dtype=dtype)

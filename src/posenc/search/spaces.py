@@ -4,16 +4,56 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from torch import nn
 
+from posenc._checks import check_choice
 from posenc.search.supernet import search_space
 
-__all__ = ["SPACES", "architecture_id", "enumerate_architectures"]
+__all__ = ["SPACES", "SPACE_TRAINING", "architecture_id", "build_space", "enumerate_architectures"]
 
 #: Names of the built-in spaces (``posenc search --space``): the micro NB201 cell (3 edges,
-#: 125 architectures), the NB201 cell (6 edges) and the positional-encoding space.
-SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "pe")
+#: 125 architectures), the NB201 cell (6 edges), the positional-encoding space and the
+#: small DARTS-like cell.
+SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "pe", "darts-micro")
+
+#: Supernet training settings (:func:`~posenc.search.train_darts` keywords) that train each
+#: built-in space on 8x8 digits: SGD for the convolutional cells, AdamW for the transformer.
+SPACE_TRAINING: dict[str, dict[str, Any]] = {
+    "nb201-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
+    "nb201": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
+    "darts-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
+    "pe": {"w_optimizer": "adamw", "w_lr": 1e-2, "w_weight_decay": 0.01, "a_lr": 3e-3, "batch_size": 64},
+}
+
+
+def build_space(space: str, *, num_classes: int = 10, choices: Mapping[str, str] | None = None,
+                **kwargs: Any) -> nn.Module:
+    """Build a built-in search space for 8x8 one-channel images by name.
+
+    Args:
+        space: one of :data:`SPACES`.
+        num_classes: output logits.
+        choices: ``{edge: op}`` for the stand-alone network instead of the supernet.
+        **kwargs: passed to the space's class (``channels``, ``dim``, ``ops``, ...).
+
+    Call ``torch.manual_seed`` first for reproducible weights (the modules draw from the
+    default generator, as ``torch.nn`` layers do).
+    """
+    check_choice("space", space, SPACES)
+    if space in ("nb201-micro", "nb201"):
+        from posenc.search.nb201 import NB201MicroNet
+
+        kwargs.setdefault("num_nodes", 3 if space == "nb201-micro" else 4)
+        return NB201MicroNet(num_classes=num_classes, choices=choices, **kwargs)
+    if space == "pe":
+        from posenc.search.pe import PESearchNet
+
+        return PESearchNet(num_classes=num_classes, choices=choices, **kwargs)
+    from posenc.search.darts import DartsMicroNet
+
+    return DartsMicroNet(num_classes=num_classes, choices=choices, **kwargs)
 
 
 def _space_of(space: nn.Module | Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from posenc._checks import check_positive_float, check_positive_int
+from posenc._checks import check_choice, check_positive_float, check_positive_int
 from posenc.search.mixed import MixedOp
 
 __all__ = [
@@ -145,15 +145,15 @@ def _batches(n: int, batch_size: int, generator: torch.Generator):
 
 def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None = None,
                 epochs: float | None = None, batch_size: int = 64, w_lr: float = 0.025,
-                a_lr: float = 3e-4, w_momentum: float = 0.9, w_weight_decay: float = 3e-4,
+                a_lr: float = 3e-4, w_optimizer: str = "sgd", w_momentum: float = 0.9, w_weight_decay: float = 3e-4,
                 a_weight_decay: float = 1e-3, grad_clip: float | None = 5.0, fixed_alpha: bool = False,
                 seed: int = 0, loss_fn: LossFn | None = None,
                 progress: Progress | None = None) -> dict[str, Any]:
     """First-order DARTS: weights on ``train``, ``alpha`` on ``val`` (bilevel, alternating).
 
     Each step takes one ``val`` batch for an Adam step of ``alpha`` (betas 0.5, 0.999, as in
-    DARTS; skipped with ``fixed_alpha``) then one ``train`` batch for an SGD step of the
-    weights (momentum, cosine learning-rate decay to 0 over the run, gradient clipping).
+    DARTS; skipped with ``fixed_alpha``) then one ``train`` batch for an SGD (or AdamW)
+    step of the weights (cosine learning-rate decay to 0 over the run, gradient clipping).
     Discretised or pruned edges keep their state; their ``alpha`` gets no gradient.
 
     Args:
@@ -162,7 +162,9 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
         steps / epochs: length of the run; give exactly one. An epoch is
             ``ceil(len(train) / batch_size)`` steps; 0 does nothing.
         batch_size: examples per step (capped at the split's size).
-        w_lr, w_momentum, w_weight_decay, grad_clip: SGD of the weights.
+        w_optimizer: ``'sgd'`` (momentum; DARTS) or ``'adamw'`` (transformers).
+        w_lr, w_momentum, w_weight_decay, grad_clip: of the weights' optimizer
+            (``w_momentum`` is SGD's only).
         a_lr, a_weight_decay: Adam of ``alpha``.
         fixed_alpha: keep ``alpha`` as it is ("PT with fixed alpha").
         seed: seeds the batch order.
@@ -187,6 +189,7 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
     check_positive_int("steps", steps, minimum=0)
     check_positive_float("w_lr", w_lr, allow_zero=True)
     check_positive_float("a_lr", a_lr, allow_zero=True)
+    check_choice("w_optimizer", w_optimizer, ("sgd", "adamw"))
     if grad_clip is not None:
         check_positive_float("grad_clip", grad_clip)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -195,7 +198,11 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
     history: dict[str, Any] = {"steps": steps, "train_loss": [], "val_loss": []}
     alphas = [e.alpha for e in edges.values() if e.chosen is None and not e.pruned]
     weights = weight_parameters(model)
-    w_opt = torch.optim.SGD(weights, lr=w_lr, momentum=w_momentum, weight_decay=w_weight_decay) if weights else None
+    w_opt: torch.optim.Optimizer | None = None
+    if weights and w_optimizer == "sgd":
+        w_opt = torch.optim.SGD(weights, lr=w_lr, momentum=w_momentum, weight_decay=w_weight_decay)
+    elif weights:
+        w_opt = torch.optim.AdamW(weights, lr=w_lr, weight_decay=w_weight_decay)
     a_opt = (torch.optim.Adam(alphas, lr=a_lr, betas=(0.5, 0.999), weight_decay=a_weight_decay)
              if alphas and not fixed_alpha else None)
     gen = torch.Generator().manual_seed(seed)
