@@ -1,6 +1,6 @@
 """A positional-encoding search space over the transformer testbed.
 
-:class:`PESearchNet` is a small ViT (patch embedding, pre-LN blocks of
+:class:`PESearchNet` is a small ViT (patch embedding with LayerNorm, pre-LN blocks of
 :class:`posenc.models.transformer.Block`, mean pooling, linear head) whose position
 handling is searched:
 
@@ -67,7 +67,7 @@ class EncodingBranch(nn.Module):
         eps: of the RMS normalisation.
     """
 
-    def __init__(self, encoding: nn.Module, grid: tuple[int, int], eps: float = 1e-6) -> None:
+    def __init__(self, encoding: nn.Module, grid: tuple[int, int], eps: float = 1e-10) -> None:
         super().__init__()
         self.encoding, self.grid, self.eps = encoding, tuple(grid), eps
         kind = getattr(encoding, "positions_kind", "continuous")
@@ -214,6 +214,9 @@ class PESearchNet(nn.Module):
             return MixedOp([(n, make(n)) for n in names], device=device, dtype=dtype)
 
         self.patch_embed = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size, device=device, dtype=dtype)
+        # Patch features normalised too, so content and (unit-RMS) position features start
+        # on the same scale whatever the image range.
+        self.embed_norm = nn.LayerNorm(dim, device=device, dtype=dtype)
         self.encoding = edge("encoding", make_encoding, encodings)
         attn_iter = iter(range(depth))
 
@@ -236,7 +239,7 @@ class PESearchNet(nn.Module):
         if images.dim() != 4 or tuple(images.shape[-2:]) != self.image_size:
             raise ValueError(f"images must have shape (B, C, {self.image_size[0]}, {self.image_size[1]}), "
                              f"got {tuple(images.shape)}")
-        x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, N, dim)
+        x = self.embed_norm(self.patch_embed(images).flatten(2).transpose(1, 2))  # (B, N, dim)
         if not isinstance(self.encoding, Zero):
             x = x + self.encoding(x)
         index, _ = _grid(*self.grid, x.device)
