@@ -173,3 +173,11 @@ def test_bad_input():
         topology_select(Chain(), data(), {"n": ["edges.0"]}, keep=0)
     with pytest.raises(ValueError, match="nodes"):
         topology_select(Chain(), data(), {"n": ["edges.7"]})
+
+
+def test_a_decision_costs_one_pass_per_nonzero_op_plus_one():
+    passes = []
+    model = Chain(n_edges=1)
+    model.register_forward_hook(lambda *a: passes.append(1))
+    perturbation_select(model, data(), batch_size=1024)
+    assert len(passes) == 1 + 3  # unmasked + skip, noise_a, noise_b ('none' needs no pass)
