@@ -88,14 +88,14 @@ def test_pe_position_matters_and_standalone_matches_discretised_supernet():
 
 def test_darts_cell_topology_keeps_two_inputs_per_node():
     torch.manual_seed(0)
-    net = DartsMicroNet(8, num_nodes=2)
+    net = DartsMicroNet(4, num_nodes=2)
     assert len(mixed_ops(net)) == 5
     data = _digits()
     train_darts(net, data, data, steps=2, batch_size=32)
     perturbation_select(net, data)
     sel = topology_select(net, data, net.node_inputs(), keep=2)
     assert len(sel.pruned) == 1 and sel.pruned[0].startswith("cells.0.edges.3<-")
-    alone = DartsMicroNet(8, choices=sel.choices)
+    alone = DartsMicroNet(4, choices=sel.choices)
     assert len(list(alone.cells[0].edges)) == 4
     assert alone(data[0][:2]).shape == (2, 10)
 

@@ -31,6 +31,7 @@ from posenc.search.supernet import (
     mixed_ops,
     search_space,
     train_darts,
+    train_network,
     weight_parameters,
 )
 
@@ -70,5 +71,6 @@ __all__ = [
     "search_space",
     "topology_select",
     "train_darts",
+    "train_network",
     "weight_parameters",
 ]
