@@ -7,6 +7,7 @@ from posenc.search import (
     SELECTORS,
     SPACE_TRAINING,
     SPACES,
+    STANDALONE_TRAINING,
     DartsMicroNet,
     PESearchNet,
     build_space,
@@ -18,6 +19,7 @@ from posenc.search import (
     search_space,
     topology_select,
     train_darts,
+    train_network,
 )
 from posenc.search.pe import EncodingBranch
 
@@ -138,3 +140,15 @@ def test_run_search_selectors_and_bad_input():
         PESearchNet()(torch.rand(2, 1, 6, 6))
     with pytest.raises(ValueError, match="choices"):
         DartsMicroNet(choices={"cells.0.edges.9<-0": "skip"})
+
+
+@pytest.mark.parametrize("space", ["nb201-micro", "pe"])
+def test_standalone_architecture_trains_with_standalone_settings(space):
+    torch.manual_seed(0)
+    arch = enumerate_architectures(build_space(space))[-1]
+    model = build_space(space, choices=arch)
+    data = _digits()
+    before = evaluate(model, data)[0]
+    hist = train_network(model, data, steps=6, **STANDALONE_TRAINING[space])
+    assert len(hist["train_loss"]) == 6
+    assert evaluate(model, data)[0] < before

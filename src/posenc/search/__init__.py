@@ -22,7 +22,7 @@ from posenc.search.selection import (
 )
 from posenc.search.pe import PE_ATTENTION, PE_ENCODINGS, PESearchNet
 from posenc.search.run import SELECTORS, digits_splits, run_search
-from posenc.search.spaces import SPACE_TRAINING, SPACES, architecture_id, build_space, enumerate_architectures
+from posenc.search.spaces import SPACE_TRAINING, SPACES, STANDALONE_TRAINING, architecture_id, build_space, enumerate_architectures
 from posenc.search.supernet import (
     arch_parameters,
     check_data,
@@ -48,6 +48,7 @@ __all__ = [
     "SELECTORS",
     "SPACES",
     "SPACE_TRAINING",
+    "STANDALONE_TRAINING",
     "PESearchNet",
     "MixedOp",
     "NB201Cell",

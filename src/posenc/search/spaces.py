@@ -11,7 +11,7 @@ from torch import nn
 from posenc._checks import check_choice
 from posenc.search.supernet import search_space
 
-__all__ = ["SPACES", "SPACE_TRAINING", "architecture_id", "build_space", "enumerate_architectures"]
+__all__ = ["SPACES", "SPACE_TRAINING", "STANDALONE_TRAINING", "architecture_id", "build_space", "enumerate_architectures"]
 
 #: Names of the built-in spaces (``posenc search --space``): the micro NB201 cell (3 edges,
 #: 125 architectures), the NB201 cell (6 edges), the positional-encoding space and the
@@ -25,6 +25,14 @@ SPACE_TRAINING: dict[str, dict[str, Any]] = {
     "nb201": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
     "darts-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
     "pe": {"w_optimizer": "adamw", "w_lr": 1e-2, "w_weight_decay": 0.01, "a_lr": 3e-3, "batch_size": 64},
+}
+
+#: The same settings as :func:`~posenc.search.train_network` keywords, for training the
+#: stand-alone architectures of a space (``build_space(name, choices=...)``) alike.
+STANDALONE_TRAINING: dict[str, dict[str, Any]] = {
+    space: {{"w_optimizer": "optimizer", "w_lr": "lr", "w_weight_decay": "weight_decay"}.get(k, k): v
+            for k, v in kw.items() if k != "a_lr"}
+    for space, kw in SPACE_TRAINING.items()
 }
 
 
