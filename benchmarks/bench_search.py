@@ -20,7 +20,15 @@ import time
 import torch
 
 from benchmarks.common import peak_rss_mb, timeit
-from posenc.search import SPACE_TRAINING, build_space, digits_splits, evaluate, mixed_ops, perturbation_select, run_search
+from posenc.search import (
+    SPACE_TRAINING,
+    build_space,
+    digits_splits,
+    evaluate,
+    mixed_ops,
+    perturbation_select,
+    run_search,
+)
 
 
 def _cpu_timeit(fn, repeat: int) -> dict:

@@ -11,7 +11,14 @@ from torch import nn
 from posenc._checks import check_choice
 from posenc.search.supernet import search_space
 
-__all__ = ["SPACES", "SPACE_TRAINING", "STANDALONE_TRAINING", "architecture_id", "build_space", "enumerate_architectures"]
+__all__ = [
+    "SPACES",
+    "SPACE_TRAINING",
+    "STANDALONE_TRAINING",
+    "architecture_id",
+    "build_space",
+    "enumerate_architectures",
+]
 
 #: Names of the built-in spaces (``posenc search --space``): the micro NB201 cell (3 edges,
 #: 125 architectures), the NB201 cell (6 edges), the positional-encoding space and the

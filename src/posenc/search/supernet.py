@@ -13,7 +13,7 @@ cross-entropy on class logits unless a ``loss_fn(outputs, targets)`` is given.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -323,13 +323,3 @@ def _edge_list(model: nn.Module, names: Sequence[str] | None, *, arg: str) -> li
     if len(set(names)) != len(names):
         raise ValueError(f"{arg} repeats an edge: {names}")
     return names
-
-
-def _choices_check(choices: Mapping[str, str], space: Mapping[str, Sequence[str]]) -> None:
-    missing = [e for e in space if e not in choices]
-    extra = [e for e in choices if e not in space]
-    if missing or extra:
-        raise ValueError(f"choices must name every edge exactly: missing {missing}, unknown {extra}")
-    for edge, op in choices.items():
-        if op not in space[edge]:
-            raise ValueError(f"choices[{edge!r}] must be one of {list(space[edge])}, got {op!r}")
