@@ -695,6 +695,67 @@ def analyze_cmd(
     _emit(_run(go), as_json, "analyze")
 
 
+@app.command("search")
+def search_cmd(
+    space: Annotated[str, typer.Option(help="Search space: nb201-micro | nb201 | pe | darts-micro.")] = "nb201-micro",
+    selector: Annotated[str, typer.Option(help="pt (DARTS+PT) | pt-fixed (PT with fixed alpha) | magnitude (DARTS).")] = "pt",
+    seed: Annotated[int, typer.Option(help="Seed of the weights, batches, edge order and tie breaks.")] = 0,
+    steps: Annotated[int, typer.Option(help="Supernet training steps (batches of 64 digits).")] = 100,
+    finetune_epochs: Annotated[float, typer.Option(help="Weight fine-tuning epochs after each PT decision.")] = 0.0,
+    criterion: Annotated[str, typer.Option(help="PT criterion: loss | accuracy.")] = "loss",
+    threads: Annotated[int, typer.Option(help="torch threads (1 is fastest for these tiny models).")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search an architecture on 8x8 digits: train a supernet, select (DARTS-PT or magnitude)."""
+
+    def go() -> dict:
+        import torch
+
+        from posenc.search import CRITERIA, SELECTORS, SPACE_TRAINING, SPACES, build_space, digits_splits, evaluate
+        from posenc.search import run_search
+
+        if space not in SPACES:
+            raise CliError(f"--space must be one of {', '.join(SPACES)}, got {space!r}")
+        if selector not in SELECTORS:
+            raise CliError(f"--selector must be one of {', '.join(SELECTORS)}, got {selector!r}")
+        if criterion not in CRITERIA:
+            raise CliError(f"--criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
+        if steps < 0:
+            raise CliError(f"--steps must be >= 0, got {steps}")
+        if finetune_epochs < 0:
+            raise CliError(f"--finetune-epochs must be >= 0, got {finetune_epochs}")
+        torch.set_num_threads(max(1, threads))
+        data = digits_splits(seed=0)
+        torch.manual_seed(seed)
+        model = build_space(space)
+        with _progress(f"search {space} ({selector})", steps, not as_json) as update:
+            res = run_search(model, data["train"], data["val"], selector=selector, steps=steps,
+                             finetune_epochs=finetune_epochs, criterion=criterion, seed=seed,
+                             train_kwargs=SPACE_TRAINING[space],
+                             progress=lambda stage, done, total: update(done, total))
+        test_loss, test_acc = evaluate(model, data["test"])
+        return {"space": space, "selector": selector, "seed": seed, "steps": steps, **res,
+                "selected": {**res["selected"], "test_loss": test_loss, "test_accuracy": test_acc}}
+
+    payload = _run(go)
+    if as_json:
+        sys.stdout.write(_to_json(payload) + "\n")
+        return
+    sup, sel = payload["supernet"], payload["selected"]
+    arch = Table(title=f"search {payload['space']} ({payload['selector']}, seed {payload['seed']})")
+    for col in ("edge", "chosen", "scores (" + payload["criterion"] + ("; masked" if payload["selector"] != "magnitude" else "") + ")"):
+        arch.add_column(col)
+    for dec in payload["selection"]["decisions"]:
+        scores = ", ".join(f"{k}={v:.4g}" for k, v in dec["scores"].items())
+        arch.add_row(dec["edge"], dec["chosen"], scores)
+    out_console.print(arch)
+    out_console.print(
+        f"supernet: val accuracy {sup['val_accuracy']:.3f}, train loss {sup['train_loss_first'] or float('nan'):.3f} -> "
+        f"{sup['train_loss_last'] or float('nan'):.3f} ({sup['steps']} steps)\n"
+        f"selected: val accuracy {sel['val_accuracy']:.3f}, test accuracy {sel['test_accuracy']:.3f} "
+        f"(supernet weights, not retrained)", highlight=False)
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     sections: Annotated[Optional[list[str]], typer.Argument(help=f"Sections to run (default: all): {', '.join(SECTIONS)}.")] = None,

@@ -1,0 +1,121 @@
+"""Search spaces by name, and enumeration of a (small) space's architectures."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from posenc._checks import check_choice
+from posenc.search.supernet import search_space
+
+__all__ = [
+    "SPACES",
+    "SPACE_TRAINING",
+    "STANDALONE_TRAINING",
+    "architecture_id",
+    "build_space",
+    "enumerate_architectures",
+]
+
+#: Names of the built-in spaces (``posenc search --space``): the micro NB201 cell (3 edges,
+#: 125 architectures), the NB201 cell (6 edges), the positional-encoding space and the
+#: small DARTS-like cell.
+SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "pe", "darts-micro")
+
+#: Supernet training settings (:func:`~posenc.search.train_darts` keywords) that train each
+#: built-in space on 8x8 digits: SGD for the convolutional cells, AdamW for the transformer.
+SPACE_TRAINING: dict[str, dict[str, Any]] = {
+    "nb201-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
+    "nb201": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
+    "darts-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
+    "pe": {"w_optimizer": "adamw", "w_lr": 1e-2, "w_weight_decay": 0.01, "a_lr": 3e-3, "batch_size": 64},
+}
+
+#: The same settings as :func:`~posenc.search.train_network` keywords, for training the
+#: stand-alone architectures of a space (``build_space(name, choices=...)``) alike.
+STANDALONE_TRAINING: dict[str, dict[str, Any]] = {
+    space: {{"w_optimizer": "optimizer", "w_lr": "lr", "w_weight_decay": "weight_decay"}.get(k, k): v
+            for k, v in kw.items() if k != "a_lr"}
+    for space, kw in SPACE_TRAINING.items()
+}
+
+
+def build_space(space: str, *, num_classes: int = 10, choices: Mapping[str, str] | None = None,
+                **kwargs: Any) -> nn.Module:
+    """Build a built-in search space for 8x8 one-channel images by name.
+
+    Args:
+        space: one of :data:`SPACES`.
+        num_classes: output logits.
+        choices: ``{edge: op}`` for the stand-alone network instead of the supernet.
+        **kwargs: passed to the space's class (``channels``, ``dim``, ``ops``, ...). The
+            convolutional spaces default to ``pool=2`` (a 2x2 pooled map before the
+            classifier): with one cell on 8x8 images, global pooling learns several times
+            slower.
+
+    Call ``torch.manual_seed`` first for reproducible weights (the modules draw from the
+    default generator, as ``torch.nn`` layers do).
+    """
+    check_choice("space", space, SPACES)
+    if space in ("nb201-micro", "nb201"):
+        from posenc.search.nb201 import NB201MicroNet
+
+        kwargs.setdefault("num_nodes", 3 if space == "nb201-micro" else 4)
+        kwargs.setdefault("pool", 2)
+        return NB201MicroNet(num_classes=num_classes, choices=choices, **kwargs)
+    if space == "pe":
+        from posenc.search.pe import PESearchNet
+
+        return PESearchNet(num_classes=num_classes, choices=choices, **kwargs)
+    from posenc.search.darts import DartsMicroNet
+
+    kwargs.setdefault("pool", 2)
+    return DartsMicroNet(num_classes=num_classes, choices=choices, **kwargs)
+
+
+def _space_of(space: nn.Module | Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    if isinstance(space, nn.Module):
+        return search_space(space)
+    if not isinstance(space, Mapping) or not space:
+        raise TypeError(f"space must be a supernet (nn.Module) or a non-empty mapping edge -> op names, "
+                        f"got {type(space).__name__}")
+    out = {}
+    for edge, ops in space.items():
+        if isinstance(ops, str) or not isinstance(ops, Sequence) or not ops:
+            raise ValueError(f"space[{edge!r}] must be a non-empty sequence of op names, got {ops!r}")
+        out[str(edge)] = tuple(ops)
+    return out
+
+
+def enumerate_architectures(space: nn.Module | Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
+    """Every architecture ``{edge: op}`` of a space, in a fixed (lexicographic) order.
+
+    Args:
+        space: a supernet (its :func:`~posenc.search.search_space`) or a mapping
+            ``{edge: candidate op names}`` such as ``NB201MicroNet.space()``.
+
+    Returns:
+        ``prod(len(ops))`` dicts; the first op of each edge varies slowest along edges.
+    """
+    sp = _space_of(space)
+    edges = list(sp)
+    return [dict(zip(edges, combo)) for combo in itertools.product(*(sp[e] for e in edges))]
+
+
+def architecture_id(choices: Mapping[str, str], space: nn.Module | Mapping[str, Sequence[str]]) -> int:
+    """The index of ``choices`` in :func:`enumerate_architectures` (mixed radix), without
+    enumerating."""
+    sp = _space_of(space)
+    missing = [e for e in sp if e not in choices]
+    if missing or len(choices) != len(sp):
+        raise ValueError(f"choices must name every edge of the space: missing {missing}, "
+                         f"unknown {[e for e in choices if e not in sp]}")
+    index = 0
+    for edge, ops in sp.items():
+        if choices[edge] not in ops:
+            raise ValueError(f"choices[{edge!r}] must be one of {list(ops)}, got {choices[edge]!r}")
+        index = index * len(ops) + ops.index(choices[edge])
+    return index
