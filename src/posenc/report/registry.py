@@ -16,6 +16,7 @@ SECTIONS: dict[str, str] = {
     "krpe": "posenc.report.krpe:SECTION",
     "gir": "posenc.report.gir:SECTION",
     "relative": "posenc.report.relative:SECTION",
+    "search": "posenc.report.search:SECTION",
 }
 
 
