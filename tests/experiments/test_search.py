@@ -327,3 +327,9 @@ def test_render_writes_tables_claims_and_figures(tmp_path):
 def test_space_enumeration_matches_itertools():
     assert space_archs(("a", "b"), 3) == [SEP.join(p) for p in itertools.product("ab", repeat=3)]
     assert exp.edge_names(4) == ["1<-0", "2<-0", "2<-1", "3<-0", "3<-1", "3<-2"]
+
+
+def test_two_identical_pairs_give_no_verdict():
+    c = exp.compare({0: 0.9, 1: 0.9}, {0: 0.5, 1: 0.5})
+    assert c["verdict"] == NOT_CONFIRMED and "seeds" in c["note"]
+    assert exp.compare({0: 0.9, 1: 0.9, 2: 0.9}, {0: 0.5, 1: 0.5, 2: 0.5})["verdict"] == HOLDS

@@ -43,11 +43,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc.experiments.stats import mean_std, paired_difference
+from posenc.experiments.stats import NOT_CONFIRMED, mean_std, paired_difference
 
 #: edge ops chosen per architecture are written ``"op|op|op"`` (edge order of the space)
 SEP = "|"
 SPLITS = ("train", "val", "test")
+#: the fewest paired seeds a verdict is read from
+MIN_PAIRS = 3
 
 
 # ------------------------------------------------------------------ data
@@ -545,9 +547,16 @@ def significance(diffs: Sequence[float]) -> dict:
 
 def compare(method: Mapping[object, float | None], baseline: Mapping[object, float | None], *,
             direction: str = "greater", margin: float = 0.0) -> dict:
-    """:func:`posenc.experiments.stats.paired_difference` plus :func:`significance` of its differences."""
+    """:func:`posenc.experiments.stats.paired_difference` plus :func:`significance` of its differences.
+
+    With fewer than :data:`MIN_PAIRS` seeds the verdict is "not confirmed at this scale".
+    """
     diff = paired_difference(method, baseline, direction=direction, margin=margin)
     diff["test"] = significance(diff["diffs"])
+    if diff["n"] < MIN_PAIRS and diff["verdict"] != NOT_CONFIRMED:
+        # two identical picks give a zero-width interval: too few seeds to read a verdict from
+        diff["verdict"], diff["holds"] = NOT_CONFIRMED, False
+        diff["note"] = f"fewer than {MIN_PAIRS} seeds"
     return diff
 
 

@@ -149,7 +149,9 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
 def _claims(claims: dict) -> list[str]:
     lines = []
     for name, c in claims.items():
-        lines.append(f"- {CLAIM_TEXT.get(name, name)}: {fmt_diff(c)}" + (f" ({_p(c.get('test'))})" if c.get("test") else ""))
+        note = f" — {c['note']}" if c.get("note") else ""
+        lines.append(f"- {CLAIM_TEXT.get(name, name)}: {fmt_diff(c)}"
+                     + (f" ({_p(c.get('test'))})" if c.get("test") else "") + note)
         if c.get("percentile"):
             lines.append(f"  - in ground-truth percentile points: {fmt_diff(c['percentile'], 1)}")
     return lines
