@@ -75,3 +75,15 @@ def test_bad_input():
     with pytest.raises(ValueError, match="choices"):
         architecture_id({"x": "skip"}, NB201MicroNet.space())
     assert NB201_OPS[0] == "none"
+
+
+def test_pooled_head_matches_formula():
+    torch.manual_seed(0)
+    net = NB201MicroNet(4, 10, pool=2)
+    x = torch.rand(3, 1, 8, 8)
+    h = net.cells[0](net.stem(x))
+    h = torch.relu(net.head_bn(h))
+    pooled = h.reshape(3, 4, 2, 4, 2, 4).mean(dim=(3, 5)).flatten(1)  # 2x2 blocks of 4x4 pixels
+    torch.testing.assert_close(net(x), net.classifier(pooled))
+    with pytest.raises(ValueError, match="pool"):
+        NB201MicroNet(4, 10, pool=0)

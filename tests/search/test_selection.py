@@ -173,3 +173,35 @@ def test_bad_input():
         topology_select(Chain(), data(), {"n": ["edges.0"]}, keep=0)
     with pytest.raises(ValueError, match="nodes"):
         topology_select(Chain(), data(), {"n": ["edges.7"]})
+
+
+def test_a_decision_costs_one_pass_per_nonzero_op_plus_one():
+    passes = []
+    model = Chain(n_edges=1)
+    model.register_forward_hook(lambda *a: passes.append(1))
+    perturbation_select(model, data(), batch_size=1024)
+    assert len(passes) == 1 + 3  # unmasked + skip, noise_a, noise_b ('none' needs no pass)
+
+
+def test_magnitude_drifts_to_none_on_digits_while_perturbation_does_not():
+    # The failure mode DARTS-PT documents (Sec. 3), measured on a trained supernet: on the
+    # micro NB201 space, alpha of the parameter-free 'none' grows (shrinking a still-noisy
+    # edge lowers the loss early in training), so magnitude keeps 'none' on an edge where
+    # removing 'none' changes nothing, while removing a convolution hurts.
+    pytest.importorskip("sklearn")
+    from posenc.search import NB201MicroNet, digits_splits, train_darts
+
+    sp = digits_splits(seed=0)
+    tr = (sp["train"][0][:400], sp["train"][1][:400])
+    va = (sp["val"][0][:300], sp["val"][1][:300])
+    torch.manual_seed(0)
+    model = NB201MicroNet(8)
+    train_darts(model, tr, va, steps=100, batch_size=64, w_lr=0.05, a_lr=3e-3, seed=0)
+    mag = magnitude_select(model, apply=False)
+    none_edges = [e for e, op in mag.choices.items() if op == "none"]
+    assert none_edges, mag.decisions
+    pt = perturbation_select(model, va, seed=0)
+    assert "none" not in pt.choices.values()
+    for d in pt.decisions:
+        if d["edge"] in none_edges:
+            assert d["scores"]["none"] == d["base"] < d["scores"][d["chosen"]]

@@ -7,6 +7,7 @@ from posenc.search import (
     SELECTORS,
     SPACE_TRAINING,
     SPACES,
+    STANDALONE_TRAINING,
     DartsMicroNet,
     PESearchNet,
     build_space,
@@ -18,6 +19,7 @@ from posenc.search import (
     search_space,
     topology_select,
     train_darts,
+    train_network,
 )
 from posenc.search.pe import EncodingBranch
 
@@ -88,14 +90,14 @@ def test_pe_position_matters_and_standalone_matches_discretised_supernet():
 
 def test_darts_cell_topology_keeps_two_inputs_per_node():
     torch.manual_seed(0)
-    net = DartsMicroNet(8, num_nodes=2)
+    net = DartsMicroNet(4, num_nodes=2)
     assert len(mixed_ops(net)) == 5
     data = _digits()
     train_darts(net, data, data, steps=2, batch_size=32)
     perturbation_select(net, data)
     sel = topology_select(net, data, net.node_inputs(), keep=2)
     assert len(sel.pruned) == 1 and sel.pruned[0].startswith("cells.0.edges.3<-")
-    alone = DartsMicroNet(8, choices=sel.choices)
+    alone = DartsMicroNet(4, choices=sel.choices)
     assert len(list(alone.cells[0].edges)) == 4
     assert alone(data[0][:2]).shape == (2, 10)
 
@@ -138,3 +140,15 @@ def test_run_search_selectors_and_bad_input():
         PESearchNet()(torch.rand(2, 1, 6, 6))
     with pytest.raises(ValueError, match="choices"):
         DartsMicroNet(choices={"cells.0.edges.9<-0": "skip"})
+
+
+@pytest.mark.parametrize("space", ["nb201-micro", "pe"])
+def test_standalone_architecture_trains_with_standalone_settings(space):
+    torch.manual_seed(0)
+    arch = enumerate_architectures(build_space(space))[-1]
+    model = build_space(space, choices=arch)
+    data = _digits()
+    before = evaluate(model, data)[0]
+    hist = train_network(model, data, steps=6, **STANDALONE_TRAINING[space])
+    assert len(hist["train_loss"]) == 6
+    assert evaluate(model, data)[0] < before

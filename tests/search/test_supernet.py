@@ -10,6 +10,7 @@ from posenc.search import (
     mixed_ops,
     search_space,
     train_darts,
+    train_network,
     weight_parameters,
 )
 
@@ -92,6 +93,26 @@ def test_finetune_trains_discretised_model():
     make_finetune(data(64), data(64, seed=1), epochs=1, batch_size=16)(model)
     assert not torch.equal(before, model.edge.ops["lin"].weight)
     assert torch.equal(model.edge.alpha.detach(), torch.zeros(2))
+
+
+def test_train_network_is_the_weight_half_of_train_darts():
+    tr, va = data(96), data(64, seed=1)
+    torch.manual_seed(0)
+    a = Trainable()
+    torch.manual_seed(0)
+    b = Trainable()
+    before = evaluate(b, tr)[0]
+    ha = train_darts(a, tr, va, steps=12, batch_size=16, w_lr=0.1, fixed_alpha=True, seed=5)
+    hb = train_network(b, tr, steps=12, batch_size=16, lr=0.1, seed=5)
+    assert ha["train_loss"] == hb["train_loss"]
+    assert evaluate(b, tr)[0] < before
+    plain = nn.Sequential(nn.Linear(10, 10))
+    h = train_network(plain, tr, epochs=1, batch_size=32, optimizer="adamw", lr=1e-2)
+    assert h["steps"] == 3
+    with pytest.raises(ValueError, match="optimizer"):
+        train_network(plain, tr, steps=1, optimizer="lbfgs")
+    with pytest.raises(ValueError, match="train is empty"):
+        train_network(plain, (tr[0][:0], tr[1][:0]), steps=1)
 
 
 def test_bad_input():

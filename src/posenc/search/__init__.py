@@ -22,7 +22,7 @@ from posenc.search.selection import (
 )
 from posenc.search.pe import PE_ATTENTION, PE_ENCODINGS, PESearchNet
 from posenc.search.run import SELECTORS, digits_splits, run_search
-from posenc.search.spaces import SPACE_TRAINING, SPACES, architecture_id, build_space, enumerate_architectures
+from posenc.search.spaces import SPACE_TRAINING, SPACES, STANDALONE_TRAINING, architecture_id, build_space, enumerate_architectures
 from posenc.search.supernet import (
     arch_parameters,
     check_data,
@@ -31,6 +31,7 @@ from posenc.search.supernet import (
     mixed_ops,
     search_space,
     train_darts,
+    train_network,
     weight_parameters,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "SELECTORS",
     "SPACES",
     "SPACE_TRAINING",
+    "STANDALONE_TRAINING",
     "PESearchNet",
     "MixedOp",
     "NB201Cell",
@@ -70,5 +72,6 @@ __all__ = [
     "search_space",
     "topology_select",
     "train_darts",
+    "train_network",
     "weight_parameters",
 ]

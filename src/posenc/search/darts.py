@@ -79,7 +79,7 @@ class DartsCell(nn.Module):
 
 
 class DartsMicroNet(nn.Module):
-    """Stem -> ``num_cells`` DARTS-like cells -> global average pool -> linear.
+    """Stem -> ``num_cells`` DARTS-like cells -> average pool -> linear.
 
     Args:
         channels: width ``C``.
@@ -92,6 +92,7 @@ class DartsMicroNet(nn.Module):
         choices: ``{qualified edge: op}`` for the stand-alone network; edges left out are
             absent (pruned), e.g. a :func:`~posenc.search.topology_select` result's choices.
         track_running_stats: BatchNorm setting (default batch statistics).
+        pool: side of the average-pooled map fed to the classifier (1: global).
         device, dtype: of the parameters.
 
     Shapes: ``(B, in_channels, H, W) -> (B, num_classes)``.
@@ -99,11 +100,11 @@ class DartsMicroNet(nn.Module):
 
     def __init__(self, channels: int = 16, num_classes: int = 10, *, ops: Sequence[str] = DARTS_OPS,
                  num_nodes: int = 2, num_cells: int = 1, in_channels: int = 1,
-                 choices: Mapping[str, str] | None = None, track_running_stats: bool = False,
+                 choices: Mapping[str, str] | None = None, track_running_stats: bool = False, pool: int = 1,
                  device=None, dtype=None) -> None:
         super().__init__()
         for arg, v in (("channels", channels), ("num_classes", num_classes), ("num_nodes", num_nodes),
-                       ("num_cells", num_cells), ("in_channels", in_channels)):
+                       ("num_cells", num_cells), ("in_channels", in_channels), ("pool", pool)):
             check_positive_int(arg, v)
         if isinstance(ops, str) or not ops or any(o not in OPS for o in ops) or len(set(ops)) != len(ops):
             raise ValueError(f"ops must be distinct names from {list(OPS)}, got {ops!r}")
@@ -123,8 +124,8 @@ class DartsMicroNet(nn.Module):
             nn.Conv2d(in_channels, channels, 3, padding=1, bias=False, device=device, dtype=dtype),
             nn.BatchNorm2d(channels, track_running_stats=track_running_stats, device=device, dtype=dtype))
         self.cells = nn.ModuleList(DartsCell(channels, ops, num_nodes=num_nodes, choices=pc, **kw) for pc in per_cell)
-        self.classifier = nn.Linear(channels, num_classes, device=device, dtype=dtype)
-        self.ops_names, self.num_nodes, self.num_cells = tuple(ops), num_nodes, num_cells
+        self.classifier = nn.Linear(channels * pool * pool, num_classes, device=device, dtype=dtype)
+        self.ops_names, self.num_nodes, self.num_cells, self.pool = tuple(ops), num_nodes, num_cells, pool
 
     @staticmethod
     def space(ops: Sequence[str] = DARTS_OPS, *, num_nodes: int = 2, num_cells: int = 1) -> dict[str, tuple[str, ...]]:
@@ -142,7 +143,9 @@ class DartsMicroNet(nn.Module):
         s0 = s1 = self.stem(x)
         for cell in self.cells:
             s0, s1 = s1, cell(s0, s1)
-        return self.classifier(s1.mean(dim=(-2, -1)))
+        if self.pool == 1:
+            return self.classifier(s1.mean(dim=(-2, -1)))
+        return self.classifier(nn.functional.adaptive_avg_pool2d(s1, self.pool).flatten(1))
 
     def extra_repr(self) -> str:
-        return f"num_nodes={self.num_nodes}, num_cells={self.num_cells}, ops={list(self.ops_names)}"
+        return f"num_nodes={self.num_nodes}, num_cells={self.num_cells}, pool={self.pool}, ops={list(self.ops_names)}"

@@ -154,7 +154,11 @@ class MixedOp(nn.Module):
         w = self.weights()
         active = self.active()
         if not active:
-            # Every op is off: zeros of the output shape (probe the first op without grad).
+            # Every op is off: zeros of the output shape (a zero op gives it for free;
+            # otherwise probe the first op without grad).
+            for op in self.candidates:
+                if getattr(op, "is_zero", False):
+                    return op(x, *args, **kwargs)
             with torch.no_grad():
                 probe = self.candidates[0](x, *args, **kwargs)
             return torch.zeros_like(probe)

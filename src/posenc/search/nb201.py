@@ -6,8 +6,8 @@ are 6 edges (the benchmark's cell); with 3 nodes, 3 edges, so 5 ops give 125
 architectures, few enough to train every one (the ground truth of the ``search`` section).
 Every edge mixes the candidate ops of :mod:`posenc.search.ops`.
 
-The network: stem (3x3 conv + BN) -> ``num_cells`` cells -> BN-ReLU -> global average
-pool -> linear. Built with ``choices={edge: op}`` it is the stand-alone network of that
+The network: stem (3x3 conv + BN) -> ``num_cells`` cells -> BN-ReLU -> average pool (global
+by default, ``pool x pool`` on request) -> linear. Built with ``choices={edge: op}`` it is the stand-alone network of that
 architecture (plain ops, no mixing; ``'none'`` edges are skipped).
 """
 
@@ -111,6 +111,9 @@ class NB201MicroNet(nn.Module):
             supernet.
         track_running_stats: BatchNorm keeps running statistics (default ``False``: batch
             statistics in train and eval mode, as in DARTS supernets).
+        pool: side of the average-pooled map fed to the classifier (1: global average
+            pooling, as NAS-Bench-201; 2 keeps a coarse layout, which one cell on 8x8 images
+            learns much faster with).
         device, dtype: of the parameters.
 
     Shapes: ``(B, in_channels, H, W) -> (B, num_classes)``.
@@ -118,11 +121,11 @@ class NB201MicroNet(nn.Module):
 
     def __init__(self, channels: int = 16, num_classes: int = 10, *, ops: Sequence[str] = NB201_OPS,
                  num_nodes: int = 3, num_cells: int = 1, in_channels: int = 1,
-                 choices: Mapping[str, str] | None = None, track_running_stats: bool = False,
+                 choices: Mapping[str, str] | None = None, track_running_stats: bool = False, pool: int = 1,
                  device=None, dtype=None) -> None:
         super().__init__()
         for arg, v in (("channels", channels), ("num_classes", num_classes), ("num_cells", num_cells),
-                       ("in_channels", in_channels)):
+                       ("in_channels", in_channels), ("pool", pool)):
             check_positive_int(arg, v)
         check_positive_int("num_nodes", num_nodes, minimum=2)
         ops = _check_ops(ops)
@@ -148,8 +151,9 @@ class NB201MicroNet(nn.Module):
         self.cells = nn.ModuleList(NB201Cell(channels, ops, num_nodes=num_nodes, choices=cc, **kw)
                                    for cc in cell_choices)
         self.head_bn = nn.BatchNorm2d(channels, track_running_stats=track_running_stats, device=device, dtype=dtype)
-        self.classifier = nn.Linear(channels, num_classes, device=device, dtype=dtype)
+        self.classifier = nn.Linear(channels * pool * pool, num_classes, device=device, dtype=dtype)
         self.channels, self.num_classes, self.num_nodes, self.num_cells = channels, num_classes, num_nodes, num_cells
+        self.pool = pool
 
     @staticmethod
     def space(ops: Sequence[str] = NB201_OPS, *, num_nodes: int = 3, num_cells: int = 1) -> dict[str, tuple[str, ...]]:
@@ -163,9 +167,11 @@ class NB201MicroNet(nn.Module):
         h = self.stem(x)
         for cell in self.cells:
             h = cell(h)
-        h = torch.relu(self.head_bn(h)).mean(dim=(-2, -1))
-        return self.classifier(h)
+        h = torch.relu(self.head_bn(h))
+        if self.pool == 1:
+            return self.classifier(h.mean(dim=(-2, -1)))
+        return self.classifier(nn.functional.adaptive_avg_pool2d(h, self.pool).flatten(1))
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, num_classes={self.num_classes}, num_nodes={self.num_nodes}, "
-                f"num_cells={self.num_cells}, ops={list(self.ops_names)}")
+                f"num_cells={self.num_cells}, pool={self.pool}, ops={list(self.ops_names)}")

@@ -32,7 +32,8 @@ OPS: tuple[str, ...] = ("none", "skip", "conv1x1", "conv3x3", "sepconv3x3", "dil
 class Zero(nn.Module):
     """The ``'none'`` op: ``x -> 0`` with the shape, dtype and device of ``x``.
 
-    Its output is zero whatever its weight, so masking it never changes a mixed edge.
+    Its output is zero whatever its weight, so masking it never changes a mixed edge; the
+    class attribute ``is_zero`` tells selection code so (any op may set it).
     """
 
     is_zero = True

@@ -126,7 +126,10 @@ def perturbation_select(model: nn.Module, val: Data, *, criterion: str = "loss",
     For each undecided edge (in ``order``, else a random order drawn from ``seed``): for
     every op still on the edge, mask it and measure ``criterion`` on ``val``; keep the op
     whose removal hurts most (highest masked loss, or lowest masked accuracy), ties broken
-    at random; discretise; then call ``finetune(model)``.
+    at random; discretise; then call ``finetune(model)``. An op flagged ``is_zero`` (such
+    as :class:`~posenc.search.Zero`, the ``'none'`` op) is scored with the unmasked value
+    without a pass: masking it cannot change the output. A decision thus costs one
+    unmasked pass plus one cheaper (masked) pass per non-zero op.
 
     Args:
         model: a trained supernet (see :func:`~posenc.search.mixed_ops`).
@@ -168,7 +171,13 @@ def perturbation_select(model: nn.Module, val: Data, *, criterion: str = "loss",
         edge = all_edges[name]
         base = _measure(model, val, criterion, batch_size, loss_fn)
         scores: dict[str, float] = {}
+        ops = edge.ops
         for op in edge.names:
+            if getattr(ops[op], "is_zero", False):
+                # masking an op whose output is zero leaves the supernet unchanged: the
+                # score is the unmasked value exactly, without another validation pass
+                scores[op] = base
+                continue
             with edge.masked(op):
                 scores[op] = _measure(model, val, criterion, batch_size, loss_fn)
         chosen = _pick(edge.names, scores, best, gen)

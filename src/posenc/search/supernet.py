@@ -13,7 +13,7 @@ cross-entropy on class logits unless a ``loss_fn(outputs, targets)`` is given.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ __all__ = [
     "mixed_ops",
     "search_space",
     "train_darts",
+    "train_network",
     "weight_parameters",
 ]
 
@@ -177,8 +178,45 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
         "alpha": {edge: softmax(alpha) list}}``.
     """
     edges = mixed_ops(model)
-    train = check_data("train", train)
     val = check_data("val", val)
+    return _fit(model, train, val, edges, steps=steps, epochs=epochs, batch_size=batch_size, w_lr=w_lr, a_lr=a_lr,
+                w_optimizer=w_optimizer, w_momentum=w_momentum, w_weight_decay=w_weight_decay,
+                a_weight_decay=a_weight_decay, grad_clip=grad_clip, fixed_alpha=fixed_alpha, seed=seed,
+                loss_fn=loss_fn, progress=progress)
+
+
+def train_network(model: nn.Module, train: Data, *, steps: int | None = None, epochs: float | None = None,
+                  batch_size: int = 64, lr: float = 0.025, optimizer: str = "sgd", momentum: float = 0.9,
+                  weight_decay: float = 3e-4, grad_clip: float | None = 5.0, seed: int = 0,
+                  loss_fn: LossFn | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Train an ordinary network (e.g. a stand-alone architecture built with ``choices=``) with
+    the weight half of :func:`train_darts`: same batches, optimiser, cosine schedule and
+    clipping, so stand-alone networks and supernets are trained alike.
+
+    Args:
+        model: any ``nn.Module`` (mixed edges, if any, keep their ``alpha``).
+        train: ``(inputs, targets)``.
+        steps / epochs, batch_size, seed, loss_fn, progress: as in :func:`train_darts`.
+        lr, optimizer, momentum, weight_decay, grad_clip: as ``w_lr``, ``w_optimizer``,
+            ``w_momentum``, ``w_weight_decay``, ``grad_clip`` there.
+
+    Returns:
+        ``{"steps", "train_loss": [per step]}``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    edges = {name: m for name, m in model.named_modules() if isinstance(m, MixedOp)}
+    hist = _fit(model, train, None, edges, steps=steps, epochs=epochs, batch_size=batch_size, w_lr=lr, a_lr=0.0,
+                w_optimizer=optimizer, w_momentum=momentum, w_weight_decay=weight_decay, a_weight_decay=0.0,
+                grad_clip=grad_clip, fixed_alpha=True, seed=seed, loss_fn=loss_fn, progress=progress)
+    return {"steps": hist["steps"], "train_loss": hist["train_loss"]}
+
+
+def _fit(model: nn.Module, train: Data, val: Data | None, edges: dict[str, MixedOp], *, steps: int | None,
+         epochs: float | None, batch_size: int, w_lr: float, a_lr: float, w_optimizer: str, w_momentum: float,
+         w_weight_decay: float, a_weight_decay: float, grad_clip: float | None, fixed_alpha: bool, seed: int,
+         loss_fn: LossFn | None, progress: Progress | None) -> dict[str, Any]:
+    train = check_data("train", train)
     if (steps is None) == (epochs is None):
         raise ValueError(f"give exactly one of steps and epochs, got steps={steps!r}, epochs={epochs!r}")
     check_positive_int("batch_size", batch_size)
@@ -197,7 +235,8 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
     loss_fn = loss_fn or _default_loss
     history: dict[str, Any] = {"steps": steps, "train_loss": [], "val_loss": []}
     alphas = [e.alpha for e in edges.values() if e.chosen is None and not e.pruned]
-    weights = weight_parameters(model)
+    arch = {id(e.alpha) for e in edges.values()}
+    weights = [p for p in model.parameters() if id(p) not in arch]
     w_opt: torch.optim.Optimizer | None = None
     if weights and w_optimizer == "sgd":
         w_opt = torch.optim.SGD(weights, lr=w_lr, momentum=w_momentum, weight_decay=w_weight_decay)
@@ -207,7 +246,7 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
              if alphas and not fixed_alpha else None)
     gen = torch.Generator().manual_seed(seed)
     tb = _batches(n_train, min(batch_size, n_train), gen)
-    vb = _batches(val[0].shape[0], min(batch_size, val[0].shape[0]), gen)
+    vb = _batches(val[0].shape[0], min(batch_size, val[0].shape[0]), gen) if val is not None else None
     was_training = model.training
     model.train()
     for p in alphas:
@@ -215,7 +254,7 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
     try:
         for step in range(steps):
             info: dict[str, float] = {}
-            if a_opt is not None:
+            if a_opt is not None and val is not None and vb is not None:
                 idx = next(vb)
                 a_opt.zero_grad(set_to_none=True)
                 loss = loss_fn(model(val[0][idx]), val[1][idx])
@@ -284,13 +323,3 @@ def _edge_list(model: nn.Module, names: Sequence[str] | None, *, arg: str) -> li
     if len(set(names)) != len(names):
         raise ValueError(f"{arg} repeats an edge: {names}")
     return names
-
-
-def _choices_check(choices: Mapping[str, str], space: Mapping[str, Sequence[str]]) -> None:
-    missing = [e for e in space if e not in choices]
-    extra = [e for e in choices if e not in space]
-    if missing or extra:
-        raise ValueError(f"choices must name every edge exactly: missing {missing}, unknown {extra}")
-    for edge, op in choices.items():
-        if op not in space[edge]:
-            raise ValueError(f"choices[{edge!r}] must be one of {list(space[edge])}, got {op!r}")
