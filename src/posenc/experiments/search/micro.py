@@ -30,9 +30,9 @@ class DigitsCellNet(nn.Module):
     """Stem -> one NB-201 cell -> BN-ReLU -> ``pool x pool`` average pool -> linear, for 8x8 digits.
 
     The cell is :class:`posenc.search.NB201Cell` (a :class:`~posenc.search.MixedOp` per edge,
-    or plain ops given ``choices``). Unlike :class:`posenc.search.NB201MicroNet`, which ends in
-    a global average pool, the head keeps a ``pool x pool`` map: on 8x8 digits with one cell a
-    global pool learns too slowly for the section's budget.
+    or plain ops given ``choices``). Close to ``NB201MicroNet(pool=2)`` but, by default, without
+    the BN-ReLU before the pool (``head_bn=False``): the setting of our pilot on digits, kept so
+    that every ground truth of the section was trained by the same network.
 
     Args:
         channels: cell width ``C``.
@@ -41,6 +41,7 @@ class DigitsCellNet(nn.Module):
         pool: side of the pooled map fed to the classifier.
         choices: ``{local edge name ("2<-1"): op}`` for a stand-alone network, or ``None``.
         num_classes: logits.
+        head_bn: BN-ReLU before the pool (as ``NB201MicroNet``).
 
     Shapes: ``(B, 1, H, W) -> (B, num_classes)``.
     """
