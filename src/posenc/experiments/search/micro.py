@@ -27,7 +27,7 @@ from posenc.experiments.search._common import (
 
 # ------------------------------------------------------------------ the micro space
 class DigitsCellNet(nn.Module):
-    """Stem -> one NB-201 cell -> BN-ReLU -> ``pool x pool`` average pool -> linear, for 8x8 digits.
+    """Stem -> one NB-201 cell -> ``pool x pool`` average pool -> linear, for 8x8 digits.
 
     The cell is :class:`posenc.search.NB201Cell` (a :class:`~posenc.search.MixedOp` per edge,
     or plain ops given ``choices``). Close to ``NB201MicroNet(pool=2)`` but, by default, without
