@@ -287,6 +287,9 @@ def test_summarize_claims_on_a_known_answer():
     assert c["drift_gap"]["verdict"] == HOLDS
     assert c["pt_beats_random"]["verdict"] == HOLDS and c["magnitude_beats_random"]["verdict"] != HOLDS
     assert micro["supernets"]["fixed"]["converged"] == 3
+    early = c["pt_beats_magnitude_at_epoch_2"]  # both pick the optimum at epoch 2
+    assert early["epoch"] == 2 and early["mean"] == 0.0 and early["verdict"] == NOT_CONFIRMED
+    assert "pt_beats_magnitude_at_epoch_10" not in c  # the last checkpoint is pt_beats_magnitude itself
     pe = s["pe"]
     assert pe["gt"]["best"] == "learned_table|plain"
     assert pe["selectors"]["pt"]["optimum_hits"] == 5 and pe["selectors"]["magnitude"]["encoding_hits"] == 0

@@ -150,7 +150,10 @@ def _claims(claims: dict) -> list[str]:
     lines = []
     for name, c in claims.items():
         note = f" — {c['note']}" if c.get("note") else ""
-        lines.append(f"- {CLAIM_TEXT.get(name, name)}: {fmt_diff(c)}"
+        text = CLAIM_TEXT.get(name, name)
+        if "epoch" in c and name.startswith("pt_beats_magnitude_at_epoch_"):
+            text = f"PT (α trained) − magnitude on the selections taken at supernet epoch {c['epoch']}"
+        lines.append(f"- {text}: {fmt_diff(c)}"
                      + (f" ({_p(c.get('test'))})" if c.get("test") else "") + note)
         if c.get("percentile"):
             lines.append(f"  - in ground-truth percentile points: {fmt_diff(c['percentile'], 1)}")

@@ -205,6 +205,15 @@ def summarize_micro(results: Mapping[str, dict]) -> dict:
                 "train_acc": mean_std(r["train_acc"] for r in rs),
             }
     out["claims"] = micro_claims(final, sels, random_test)
+    # the same comparison on the selections taken earlier in supernet training
+    if sels.get("magnitude") and sels.get("pt"):
+        epochs = sorted({e for ch in sels["magnitude"].values() for e in ch})
+        for e in epochs[:-1]:
+            pt = {s: _lookup(gt, ch[e]) for s, ch in sels["pt"].items() if e in ch}
+            mag = {s: _lookup(gt, ch[e]) for s, ch in sels["magnitude"].items() if e in ch}
+            c = compare(pt, mag)
+            c["epoch"] = e
+            out["claims"][f"pt_beats_magnitude_at_epoch_{e}"] = c
     return out
 
 
