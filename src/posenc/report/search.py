@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from posenc.experiments.search import PARAM_FREE, SEP, plan, summarize
 from posenc.report.section import FigureSaver, Section
 from posenc.report.tables import fmt_diff, fmt_ms, markdown_table
@@ -46,14 +48,14 @@ def _p(test: dict | None) -> str:
     return "; ".join(parts)
 
 
-def _legend(fig, axes) -> None:
+def _legend(fig, axes, ncol: int = 5) -> None:
     handles, labels = [], []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, -0.02), ncol=min(5, len(labels)),
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, -0.02), ncol=min(ncol, len(labels)),
                fontsize=8, frameon=False)
 
 
@@ -88,18 +90,24 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
                     r = rank_of.get(v["arch"])
                     if r is not None:
                         counts[r] = counts.get(r, 0) + 1
-                xs = [r + 2 * SHIFT[sel] for r in counts]
+                xs = [r * (1 + SHIFT[sel]) for r in counts]  # side by side on the log axis
                 ys = [100 * tests[r - 1] for r in counts]
-                ax.scatter(xs, ys, s=[25 + 25 * c for c in counts.values()], marker=MARKERS[sel],
-                           color=COLOURS[sel], alpha=0.8, label=f"picked by {LABELS[sel]} (size: seeds)", zorder=3)
+                ax.scatter(xs, ys, s=[30 * (1 + math.log2(c)) for c in counts.values()], marker=MARKERS[sel],
+                           color=COLOURS[sel], alpha=0.75, label=f"picked by {LABELS[sel]} (area grows with seeds)",
+                           zorder=3)
+            if name == "micro":
+                ax.set_xscale("log")
+                ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500) if t <= len(tests)]
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+                ax.minorticks_off()
             ax.set_xlabel("ground-truth rank (1 = best test accuracy)")
             ax.set_ylabel("stand-alone test accuracy (%)")
             ax.set_title(title, fontsize=10)
             if name == "pe":
                 ax.set_xticks(ranks, [a.replace(SEP + "plain", "").replace(SEP, "\n") for a in part["gt"]["table"]],
                               fontsize=6, rotation=90 if len(ranks) > 6 else 0)
-        _legend(fig, axes[0])
-        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        _legend(fig, axes[0], ncol=3 if len(panels) > 1 else 2)
+        fig.tight_layout(rect=(0, 0.16 if len(panels) > 1 else 0.24, 1, 1))
         out.append(f"![where the selections land]({save_figure('picks', fig)})")
     sels = {s: r for s, r in micro.get("selectors", {}).items() if len(r["by_epoch"]) > 1}
     if sels:
