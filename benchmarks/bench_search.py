@@ -66,7 +66,7 @@ def bench_decision(space: str, val, repeat: int) -> dict:
     return {
         "edge": edge_name, "ops": n_ops, "val_examples": int(val[0].shape[0]),
         "val_pass_s": val_pass["min_s"], "val_pass_cpu_s": val_pass["cpu_min_s"],
-        "val_pass_autograd_batch64_s": grad_pass["min_s"],
+        "val_pass_autograd_batch64_s": grad_pass["min_s"], "val_pass_autograd_batch64_cpu_s": grad_pass["cpu_min_s"],
         "decision_s": dec_s, "deepcopy_s": copy_cost,
         "ratio": dec_s / val_pass["min_s"], "ratio_cpu": (dec["cpu_min_s"] - copy_cost) / val_pass["cpu_min_s"],
         "target_ratio": 1.2 * n_ops,
