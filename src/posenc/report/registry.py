@@ -17,6 +17,7 @@ SECTIONS: dict[str, str] = {
     "gir": "posenc.report.gir:SECTION",
     "relative": "posenc.report.relative:SECTION",
     "cape": "posenc.report.cape:SECTION",
+    "search": "posenc.report.search:SECTION",
 }
 
 
