@@ -75,20 +75,20 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
         order = [e for e in exp.ENCODINGS if e in handles]
         fig.legend([handles[e] for e in order], [LABELS[e] for e in order], loc="lower center",
                    ncol=len(order), fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
         out.append(f"![learning curves]({save_figure('curves', fig)})")
     grid = summary.get("table", {}).get("grid", {})
     iso = {e: r["iso_curve"] for e, r in grid.items() if "iso_curve" in r}
     if iso:
-        fig, ax = plt.subplots(figsize=(5.0, 3.4))
+        fig, ax = plt.subplots(figsize=(6.0, 3.4))
         for enc, c in iso.items():
             ax.plot(c["distance"], c["axis"], color=COLORS[enc], label=f"{LABELS[enc]}")
             ax.plot(c["distance"], c["diagonal"], color=COLORS[enc], ls="--")
         ax.set_xlabel("distance from the centre (cells)")
         ax.set_ylabel("cosine similarity (centred)")
         ax.set_title("solid: along an axis, dashed: along a diagonal", fontsize=8)
-        fig.legend(loc="center right", fontsize=7, frameon=False)
-        fig.tight_layout(rect=(0, 0, 0.72, 1))
+        fig.tight_layout(rect=(0, 0, 0.74, 1))
+        fig.legend(loc="center left", bbox_to_anchor=(0.75, 0.5), fontsize=7, frameon=False)
         out.append(f"![isotropy]({save_figure('isotropy', fig)})")
     return out
 
