@@ -132,3 +132,12 @@ def test_plans_profiles_and_budget():
     assert SECTION.quick_budget_s <= 100
     with pytest.raises(ValueError, match="profile"):
         lff.plan("medium")
+
+
+def test_claim_summary_line_names_each_baseline_verdict():
+    results = {}
+    for seed in range(3):
+        for enc, v in (("lff_mlp", 0.9), ("table2d", 0.5)):
+            results[f"digits.{enc}.s{seed}"] = _fake("digits", enc, seed, v + 0.01 * seed * (enc == "table2d"))
+    line = lff.summarize(results)["claims"]["digits_final"]["verdict"]
+    assert line == "holds vs table2d"

@@ -407,7 +407,13 @@ def summarize(results: dict[str, dict]) -> dict:
             if base in by_enc and (key != "anisotropy" or base in CONTINUOUS):
                 per_base[base] = paired_difference(lff, {s: r[key] for s, r in by_enc[base].items()},
                                                    direction=direction)
-        claims[claim] = {"metric": key, "direction": direction, "task": task, "vs": per_base}
+        by_verdict: dict[str, list[str]] = {}
+        for base, d in per_base.items():
+            by_verdict.setdefault(d["verdict"], []).append(base)
+        # one line per claim for the CLI; each baseline keeps its own interval and verdict in "vs"
+        summary_line = "; ".join(f"{v} vs {', '.join(bs)}" for v, bs in by_verdict.items())
+        claims[claim] = {"metric": key, "direction": direction, "task": task, "vs": per_base,
+                         "verdict": summary_line}
     n_seeds = max((len(s) for by in runs.values() for s in by.values()), default=0)
     return {"table": table, "curves": curves, "claims": claims, "seeds": n_seeds,
             "lr_scales": dict(LR_SCALES)}
