@@ -295,3 +295,32 @@ def test_banded_path_equals_dense_reference(name, kw, dtype):
     # float32 cannot do better than ~|d|/sigma^2 * eps32 ~ 1e-5 here (conditioning, not the path)
     tol = 1e-12 if dtype == torch.float64 else 3e-5
     np.testing.assert_allclose(out.double().numpy(), ref, atol=tol)
+
+
+def test_bipolar_square_and_offset_sine_generators_match_direct_formulas():
+    """Zheng et al.'s all-embedder SR/DP notebook: a +-1 square wave and sin + 0.7 (#9 Sec. 4)."""
+    F, f = 64, 3
+    k = np.arange(F)
+    sq = np.array([1.0 if math.sin(2 * math.pi * f * (i + 0.5) / F) > 0 else -1.0 for i in k])
+    np.testing.assert_allclose(circulant_generator("square", F, freq=f, bipolar=True).numpy(), sq / math.sqrt(F))
+    sn = np.array([math.sin(2 * math.pi * f * i / F) + 0.7 for i in k])
+    # closed form of the norm: sum sin^2 = F/2, sum sin = 0 (integer freq < F/2), so ||c||^2 = F (1/2 + 0.49)
+    np.testing.assert_allclose(circulant_generator("sine", F, freq=f, offset=0.7).numpy(), sn / math.sqrt(F * 0.99))
+    enc = create_encoding("sine", num_features=F, freq=f, offset=0.7, dtype=torch.float64)
+    x = torch.arange(F, dtype=torch.float64)[:, None] / F
+    np.testing.assert_allclose(enc(x).numpy(), circulant(sn / math.sqrt(F * 0.99)), atol=1e-12)
+    assert "offset=0.7" in repr(enc)
+    assert "bipolar=True" in repr(create_encoding("square", num_features=F, bipolar=True))
+    # the +-1 wave has zero mean: its rows are orthogonal to the constant, unlike the 0/1 wave
+    assert abs(circulant_generator("square", F, bipolar=True).sum().item()) < 1e-12
+
+
+def test_generator_option_bad_input():
+    with pytest.raises(ValueError, match="bipolar"):
+        circulant_generator("sine", 8, bipolar=True)
+    with pytest.raises(TypeError, match="bipolar"):
+        circulant_generator("square", 8, bipolar=1)
+    with pytest.raises(ValueError, match="offset"):
+        circulant_generator("sine", 8, offset=float("nan"))
+    with pytest.raises(ValueError, match="identically zero"):
+        circulant_generator("impulse", 1, offset=-1.0)

@@ -1,6 +1,7 @@
 """The coords section end to end on tiny configs: jobs, summary, claims, rendering."""
 
 import json
+import math
 
 import pytest
 
@@ -74,3 +75,19 @@ def test_plans_have_unique_keys_and_quick_is_smaller():
     full = coords.plan("full", None)
     assert len(full) > 3 * len(quick)
     assert len(coords.plan("quick", 1)) < len(quick)
+
+
+def test_embedders_job_matches_closed_forms_and_is_full_only():
+    """The authors' all-embedder notebook (#9 Sec. 4): SR/DP of the +-1 square and sin + 0.7."""
+    res = coords.run_embedders(coords.EmbeddersConfig(num_features=400, sample_counts=(1, 4, 10)))
+    json.dumps(res)
+    assert res["impulse"]["stable_rank"] == pytest.approx([1.0, 4.0, 10.0])
+    # similarity to the middle row: +-1 square 1 - 4|d|; 0/1 square 1 - 2|d|; sin + 0.7 (cos(2 pi d)/2 + 0.49)/0.99
+    assert res["square +-1"]["dp_width"] == pytest.approx(0.9 / 4, abs=2.5e-3)
+    assert res["square 0/1"]["dp_width"] == pytest.approx(0.9 / 2, abs=2.5e-3)
+    d_sine = math.acos((0.1 * 0.99 - 0.49) / 0.5) / (2 * math.pi)
+    assert res["sine + 0.7"]["dp_width"] == pytest.approx(d_sine, abs=2.5e-3)
+    assert "embedders" in {j.key for j in coords.plan("full", 1)}
+    assert "embedders" not in {j.key for j in coords.plan("quick", 1)}
+    md = render(coords.summarize({"embedders": res, "theory": None}), lambda name, fig: f"{name}.png")
+    assert "square +-1" in md and "all-embedder" in md

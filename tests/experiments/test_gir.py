@@ -70,3 +70,15 @@ def test_summarize_claims_and_render():
 def test_import_posenc_does_not_import_graph():
     code = "import sys, posenc; assert 'posenc.graph' not in sys.modules; assert 'torch_geometric' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pgnn_rows_use_the_official_configuration():
+    """The section's P-GNN rows default to the code that produced the paper's numbers."""
+    cfg = GIRConfig("grid-link", False, "pgnn-e", seed=0, epochs=1, eval_every=1)
+    res = run_gir(cfg)
+    assert res["pgnn_dist_trainable"] is True and res["pgnn_init"] == "official"
+    plain = run_gir(GIRConfig("grid-link", False, "pgnn-e", 0, epochs=1, pgnn_dist_trainable=False))
+    # the learned map g: Linear(1->32) + Linear(32->1) per layer, 2 layers: 2 * (64 + 33) more parameters
+    assert res["num_parameters"] - plain["num_parameters"] == 2 * (32 + 32 + 32 + 1)
+    assert all(job.config.pgnn_dist_trainable and job.config.pgnn_init == "official"
+               for job in plan("quick") if job.config.model.startswith("pgnn"))

@@ -1,3 +1,4 @@
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -143,3 +144,56 @@ def test_tiny_vit_learns_digits():
 
     hist = train(vit, sample, loss_fn, TrainConfig(steps=150, lr=3e-3, warmup_steps=10), evaluate=evaluate)
     assert hist["evals"][-1]["acc"] > 0.5  # chance is 0.1
+
+
+def test_parameter_groups_give_w_r_its_own_learning_rate():
+    from posenc.encodings import LearnableFourierEncoding
+    from posenc.models import TransformerEncoder, parameter_groups
+
+    enc = LearnableFourierEncoding(in_dim=2, num_features=16, hidden_dim=8, gamma=0.5)
+    model = TransformerEncoder(2, 1, dim=16, depth=1, num_heads=2, encoding=enc)
+    groups = parameter_groups(model, 1e-3, {"w_r": 10.0, "absent": 3.0})
+    by_name = {g["name"]: g for g in groups}
+    assert set(by_name) == {"default", "w_r"}  # "absent" matches nothing: no empty group
+    assert by_name["w_r"]["params"] == [enc.w_r] and by_name["w_r"]["lr"] == pytest.approx(1e-2)
+    n_all = sum(1 for p in model.parameters() if p.requires_grad)
+    assert len(by_name["default"]["params"]) == n_all - 1
+    # "w_r" must match a whole dotted component, not a suffix of another name
+    assert parameter_groups(model, 1e-3, {"r": 5.0})[0]["name"] == "default" and len(parameter_groups(model, 1e-3, {"r": 5.0})) == 1
+
+
+def test_train_applies_lr_scales_first_adam_step_moves_w_r_by_scaled_lr():
+    """Adam's first step moves every parameter by lr * sign(grad) (bias-corrected, eps aside)."""
+    from posenc.encodings import LearnableFourierEncoding
+    from posenc.models import TransformerEncoder
+
+    def run(scales):
+        enc = LearnableFourierEncoding(in_dim=2, num_features=16, hidden_dim=8, gamma=0.5)
+        model = TransformerEncoder(2, 1, dim=16, depth=1, num_heads=2, encoding=enc)
+        torch.manual_seed(0)
+        model.head.reset_parameters()
+        w0 = enc.w_r.detach().clone()
+        pos = torch.rand(6, 2) * 2 - 1
+        cfg = TrainConfig(steps=1, lr=1e-3, warmup_steps=1, grad_clip=None, lr_scales=scales)
+        train(model, lambda s, g: torch.randn(4, 6, 2, generator=g),
+              lambda net, b: (net(b, pos).pow(2).mean(), {}), cfg)
+        return (enc.w_r.detach() - w0).abs()
+
+    plain, scaled = run(()), run((("w_r", 10.0),))
+    moved = plain > 0
+    torch.testing.assert_close(plain[moved], torch.full_like(plain[moved], 1e-3), rtol=1e-3, atol=0)
+    torch.testing.assert_close(scaled[moved], torch.full_like(scaled[moved], 1e-2), rtol=1e-3, atol=0)
+
+
+def test_parameter_groups_bad_input():
+    from posenc.models import parameter_groups
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="lr_scales"):
+        parameter_groups(model, 1e-3, {"weight": 0.0})
+    with pytest.raises(ValueError, match="lr_scales"):
+        parameter_groups(model, 1e-3, {"weight": float("inf")})
+    with pytest.raises(TypeError, match="lr_scales"):
+        parameter_groups(model, 1e-3, {3: 2.0})
+    with pytest.raises(ValueError, match="lr"):
+        parameter_groups(model, -1.0)

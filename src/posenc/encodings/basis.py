@@ -207,18 +207,42 @@ GENERATORS = ("impulse", "gaussian", "square", "sine", "random")
 
 
 def circulant_generator(
-    kind: str, num: int, *, sigma: float = 0.01, freq: float = 1.0, seed: int = 0
+    kind: str,
+    num: int,
+    *,
+    sigma: float = 0.01,
+    freq: float = 1.0,
+    seed: int = 0,
+    offset: float = 0.0,
+    bipolar: bool = False,
 ) -> torch.Tensor:
     """Unit-norm generator ``c`` (length ``num``, float64) of a circulant embedding.
 
+    ``c = (g + offset) / ||g + offset||`` for the base generator ``g`` of ``kind``.
+
     Args:
-        kind: ``"impulse"`` (``c[0] = 1``), ``"gaussian"`` (periodic Gaussian of width
-            ``sigma``), ``"square"`` (``1[sin(2 pi freq k / num) > 0]``), ``"sine"``
+        kind: ``"impulse"`` (``g[0] = 1``), ``"gaussian"`` (periodic Gaussian of width
+            ``sigma``), ``"square"`` (``1[sin(2 pi freq (k + 1/2) / num) > 0]``, or with
+            ``bipolar`` its ``+-1`` version ``sign(sin(...))``), ``"sine"``
             (``sin(2 pi freq k / num)``) or ``"random"`` (``N(0, I)`` with ``seed``).
         num: length F.
+        sigma, freq, seed: parameters of the ``"gaussian"``, ``"square"``/``"sine"`` and
+            ``"random"`` generators.
+        offset: constant added to ``g`` before normalising (Zheng et al.'s all-embedder
+            SR/DP notebook uses a sine with ``offset=0.7``; default 0).
+        bipolar: ``"square"`` only: ``+-1`` instead of ``0/1`` (that notebook's square wave).
+
+    Returns:
+        ``(num,)`` float64 with unit L2 norm.
     """
     check_choice("kind", kind, GENERATORS)
     check_positive_int("num", num)
+    if not isinstance(bipolar, bool):
+        raise TypeError(f"bipolar must be a bool, got {type(bipolar).__name__}")
+    if bipolar and kind != "square":
+        raise ValueError(f"bipolar applies to the 'square' generator only, got kind={kind!r}")
+    if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not math.isfinite(offset):
+        raise ValueError(f"offset must be a finite number, got {offset!r}")
     k = torch.arange(num, dtype=torch.float64)
     if kind == "impulse":
         c = torch.zeros(num, dtype=torch.float64)
@@ -229,14 +253,18 @@ def circulant_generator(
     elif kind == "square":
         # Shift by half a sample so the comparison never lands exactly on a zero of sin.
         c = (torch.sin(2 * math.pi * check_positive_float("freq", freq) * (k + 0.5) / num) > 0).double()
+        if bipolar:
+            c = 2.0 * c - 1.0
     elif kind == "sine":
         c = torch.sin(2 * math.pi * check_positive_float("freq", freq) * k / num)
     else:
         gen = torch.Generator().manual_seed(check_positive_int("seed", seed, minimum=0))
         c = torch.randn(num, generator=gen, dtype=torch.float64)
+    if offset:
+        c = c + float(offset)
     norm = c.norm()
     if norm == 0:
-        raise ValueError(f"the {kind!r} generator of length {num} is identically zero (freq={freq})")
+        raise ValueError(f"the {kind!r} generator of length {num} is identically zero (freq={freq}, offset={offset})")
     return c / norm
 
 
@@ -264,6 +292,9 @@ class CirculantEncoding(CoordinateEncoding):
         sigma: width of the ``"gaussian"`` generator.
         freq: frequency of the ``"square"`` and ``"sine"`` generators (cycles per domain).
         seed: seed of the ``"random"`` generator.
+        offset: constant added to the generator before normalising (``0.7`` with ``"sine"``
+            is the sine of Zheng et al.'s all-embedder SR/DP notebook).
+        bipolar: ``"square"`` only: a ``+-1`` square wave (that notebook's) instead of ``0/1``.
         mode, domain, normalize, strict: see :class:`CoordinateEncoding`.
         device, dtype: of the generator buffer.
     """
@@ -286,11 +317,15 @@ class CirculantEncoding(CoordinateEncoding):
         strict: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        offset: float = 0.0,
+        bipolar: bool = False,
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.generator = check_choice("generator", generator, GENERATORS)
         self.sigma, self.freq, self.seed = sigma, freq, seed
-        c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed)
+        self.offset, self.bipolar = offset, bipolar
+        c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed,
+                                offset=offset, bipolar=bipolar)
         self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()),
                              persistent=False)
         self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
@@ -318,4 +353,8 @@ class CirculantEncoding(CoordinateEncoding):
     def extra_repr(self) -> str:
         extra = {"gaussian": f", sigma={self.sigma:g}", "square": f", freq={self.freq:g}",
                  "sine": f", freq={self.freq:g}", "random": f", seed={self.seed}"}.get(self.generator, "")
+        if self.bipolar:
+            extra += ", bipolar=True"
+        if self.offset:
+            extra += f", offset={self.offset:g}"
         return f"{super().extra_repr()}, generator={self.generator!r}{extra}"

@@ -95,6 +95,47 @@ class TheoryConfig:
 
 
 @dataclass(frozen=True)
+class EmbeddersConfig:
+    """Stable rank vs sample count and distance preservation of the embedders compared in
+    the authors' all-embedder notebook (``2_compare_SR&DP_all_embedders``; no training).
+
+    The notebook uses ``10^4`` features; ``num_features`` keeps the ``F x F`` similarity
+    matrix small (the circulant generators' SR/DP are functions of ``f / F`` and ``sigma``).
+    """
+
+    num_features: int = 2048
+    sample_counts: tuple[int, ...] = tuple(range(1, 51))
+    threshold: float = 0.1
+
+
+#: The notebook's embedders: impulse, a +-1 square wave and sin + 0.7 (one cycle per domain),
+#: a circulant Gaussian (sigma 0.01) and RFF (b ~ 5 N(0, 1)); plus our 0/1 square and
+#: offset-free sine for contrast.
+EMBEDDERS = {
+    "impulse": ("impulse", {}),
+    "square +-1": ("square", {"freq": 1.0, "bipolar": True}),
+    "sine + 0.7": ("sine", {"freq": 1.0, "offset": 0.7}),
+    "gaussian (circulant)": ("circulant", {"generator": "gaussian", "sigma": 0.01}),
+    "rff (b0 = 5)": ("rff", {"sigma": 5.0}),
+    "square 0/1": ("square", {"freq": 1.0}),
+    "sine": ("sine", {"freq": 1.0}),
+}
+
+
+def run_embedders(cfg: EmbeddersConfig) -> dict:
+    """Stable rank at ``N`` evenly spaced samples and DP width of each of :data:`EMBEDDERS`."""
+    torch.set_num_threads(1)
+    out = {}
+    for label, (name, kwargs) in EMBEDDERS.items():
+        enc = create_encoding(name, num_features=cfg.num_features, dtype=torch.float64, **kwargs)
+        ranks = [stable_rank(enc(grid_1d(n, dtype=torch.float64))) for n in cfg.sample_counts]
+        disp, sim = similarity_profile(enc, cfg.num_features)
+        out[label] = {"encoding": name, "params": kwargs, "sample_counts": list(cfg.sample_counts),
+                      "stable_rank": ranks, "dp_width": distance_preservation(disp, sim, cfg.threshold)}
+    return out
+
+
+@dataclass(frozen=True)
 class Fit2DConfig:
     """Fit a sample photograph from its [::2, ::2] pixels with one encoding and model."""
 
@@ -224,7 +265,7 @@ PROFILES = {
     "full": dict(seeds=5, num_rows=3, features=10000, iters=2000, mlp_iters=2000, sweep=13, size=128,
                  mlp_2d_iters=1000, hidden_2d=256, lengths=(128, 256, 512, 1024), seeds_2d=3,
                  mlp_1d=("gaussian", "rff", "logf"), mlp_2d=("gaussian", "rff", "logf"), linear_sweep=True,
-                 mlp_signals=None),
+                 mlp_signals=None, embedders=True),
 }
 
 
@@ -269,6 +310,8 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
     n_seeds = seeds or p["seeds"]
     feats, length = p["features"], 512
     jobs: list[Job] = [Job("theory", run_theory, TheoryConfig(num_features=2048), cost=3.0)]
+    if p.get("embedders"):
+        jobs.append(Job("embedders", run_embedders, EmbeddersConfig(), cost=2.0))
     sigma_star = _suggested_sigma(length // 2)
     table = matched_params(sigma_star, feats, length)
     mlp_table = matched_params(sigma_star, 256, length)
@@ -319,7 +362,7 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
 # ----------------------------------------------------------------------------- summary
 def summarize(results: dict[str, dict]) -> dict:
     """Aggregate job results into tables and claim checks (means ± std over signals and seeds)."""
-    out: dict = {"theory": results.get("theory")}
+    out: dict = {"theory": results.get("theory"), "embedders": results.get("embedders")}
     # encoding table
     table: dict[str, dict] = {}
     for key, res in results.items():

@@ -1,7 +1,7 @@
 """Models that consume positional encodings: coordinate networks (``coordinate``) and
 small transformer testbeds (a pre-LN encoder, a tiny ViT and a training loop)."""
 
-from posenc.models.train import DistInfo, TrainConfig, lr_factor, train
+from posenc.models.train import DistInfo, TrainConfig, lr_factor, parameter_groups, train
 from posenc.models.transformer import Block, SelfAttention, TransformerEncoder, encode_positions
 from posenc.models.vit import TinyViT, patch_positions
 
@@ -14,6 +14,7 @@ __all__ = [
     "TransformerEncoder",
     "encode_positions",
     "lr_factor",
+    "parameter_groups",
     "patch_positions",
     "train",
 ]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +114,10 @@ class TrainConfig:
         eval_every: evaluate every this many steps and at the end (0: only at the end).
         seed: seeds the model-independent randomness (batch generator).
         threads: ``torch.set_num_threads`` during the loop (restored after); ``None`` leaves it.
+        lr_scales: ``((name, scale), ...)``: parameters called ``name`` (the last dotted
+            components of their names, e.g. ``"w_r"`` for every LFF frequency matrix) train at
+            ``scale * lr`` (see :func:`parameter_groups`); names that match nothing are ignored,
+            so one setting serves models with and without such parameters.
     """
 
     steps: int = 300
@@ -124,6 +128,45 @@ class TrainConfig:
     eval_every: int = 0
     seed: int = 0
     threads: int | None = 1
+    lr_scales: tuple[tuple[str, float], ...] = ()
+
+
+def parameter_groups(model: nn.Module, lr: float, lr_scales: Mapping[str, float] | None = None) -> list[dict]:
+    """Optimizer parameter groups giving some parameters their own learning rate.
+
+    A trainable parameter whose dotted name equals ``key`` or ends with ``"." + key``
+    gets ``lr * lr_scales[key]`` (the first matching key, in order); every other
+    trainable parameter gets ``lr``. Typical use: learnable Fourier features' ``W_r``
+    (``"w_r"``), whose entries are ``O(1/gamma)`` and move by ``~lr`` per Adam step, so
+    at a learning rate that suits the rest of the network they barely change.
+
+    Args:
+        model: the module whose ``named_parameters()`` are grouped (frozen ones are left out).
+        lr: the base learning rate (> 0).
+        lr_scales: ``{name: scale}`` with finite ``scale > 0``.
+
+    Returns:
+        A list of ``{"params": [...], "lr": float, "name": str}`` dicts (empty groups
+        omitted; the base group is named ``"default"``), ready for ``torch.optim``.
+    """
+    check_positive_float("lr", lr)
+    scales = dict(lr_scales or {})
+    for key, scale in scales.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"lr_scales keys must be non-empty parameter names, got {key!r}")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"lr_scales[{key!r}] must be a finite number > 0, got {scale!r}")
+    groups: dict[str, list[nn.Parameter]] = {"default": []}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        key = next((k for k in scales if name == k or name.endswith("." + k)), "default")
+        groups.setdefault(key, []).append(p)
+    return [
+        {"params": ps, "lr": lr * (scales[k] if k != "default" else 1.0), "name": k}
+        for k, ps in groups.items()
+        if ps
+    ]
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -177,8 +220,9 @@ def train(
             device_ids = [dist.local_rank] if next(model.parameters()).is_cuda else None
             net = DistributedDataParallel(model, device_ids=device_ids)
         gen = torch.Generator().manual_seed(config.seed * 1_000_003 + dist.rank)
-        params = [p for p in net.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        groups = parameter_groups(net, config.lr, dict(config.lr_scales))
+        params = [p for g in groups for p in g["params"]]
+        opt = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, config))
         history: dict[str, Any] = {"loss": [], "metrics": {}, "evals": []}
         start = time.perf_counter()

@@ -87,6 +87,17 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         parts.append("The Gaussian's stable rank saturates once the centres are dense, whatever D; the RFF's keeps "
                      "growing with D (more random frequencies, more directions).")
 
+    emb = summary.get("embedders")
+    if emb:
+        parts += ["", "### The authors' all-embedder SR/DP comparison (full profile)", ""]
+        parts.append(markdown_table(
+            ["embedder", "stable rank at N = 5 / 20 / 50 samples", "DP width (similarity > 0.1)"],
+            [[label, " / ".join(f"{e['stable_rank'][e['sample_counts'].index(n)]:.2f}" for n in (5, 20, 50)
+                                if n in e["sample_counts"]), f"{e['dp_width']:.4f}"] for label, e in emb.items()]))
+        parts.append("")
+        parts.append("Generators as in the authors' notebook `2_compare_SR&DP_all_embedders` (a +-1 square "
+                     "wave, sin + 0.7); the 0/1 square and offset-free sine used elsewhere are shown for contrast.")
+
     parts += ["", "### 2D: fitting a photograph from a quarter of its pixels", ""]
     parts.append(markdown_table(
         ["encoding", "model", "features", "train PSNR", "test PSNR"],
