@@ -142,3 +142,19 @@ def test_ridge_option_regularises_lstsq():
     assert ridge["test_psnr"] > base["test_psnr"]  # min-norm RFF lstsq is ill-conditioned
     res = invoke("fit-signal", "--model", "lstsq", "--ridge", "-1")
     assert res.exit_code == 2 and "ridge" in res.stderr
+
+
+def test_encodings_name_says_what_each_argument_means():
+    payload = json.loads(invoke("encodings", "gaussian", "--json").stdout)
+    args = payload["arguments"]
+    assert payload["name"] == "gaussian" and "sigma" in args and "kernel_width" in args
+    assert args["sigma"]["meaning"] and args["kernel_width"]["meaning"]  # from the class's Args block
+    assert args["num_features"]["default"] == repr(create_encoding_default("gaussian", "num_features"))
+    res = invoke("encodings", "bogus")
+    assert res.exit_code == 2 and res.stderr.strip().startswith("error: unknown encoding 'bogus'")
+
+
+def create_encoding_default(name, arg):
+    from posenc.encodings import encoding_parameters
+
+    return encoding_parameters(name)[arg]

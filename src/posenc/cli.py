@@ -444,10 +444,32 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 
 
 @app.command("encodings")
-def encodings_cmd(as_json: JsonOpt = False) -> None:
-    """List the registered encodings and their arguments."""
-    from posenc.encodings import available_encodings, encoding_parameters
+def encodings_cmd(
+    name: Annotated[Optional[str], typer.Argument(help="Show what each argument of this encoding means.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the registered encodings and their arguments (with NAME: what each argument means)."""
+    from posenc.encodings import available_encodings, encoding_parameter_docs, encoding_parameters
 
+    if name is not None:
+        def one() -> dict:
+            if name not in available_encodings():
+                raise CliError(f"unknown encoding {name!r}; available: {', '.join(available_encodings())}")
+            docs = encoding_parameter_docs(name)
+            return {"name": name, "arguments": {k: {"default": repr(v), "meaning": docs.get(k, "")}
+                                                for k, v in encoding_parameters(name).items()}}
+
+        detail = _run(one)
+        if as_json:
+            sys.stdout.write(json.dumps(detail) + "\n")
+            return
+        table = Table(title=f"encoding {name!r}: create_encoding({name!r}, ...) / --set ARG=VALUE")
+        for col in ("argument", "default", "meaning"):
+            table.add_column(col)
+        for arg, info in detail["arguments"].items():
+            table.add_row(arg, info["default"], " ".join(info["meaning"].split()))
+        out_console.print(table)
+        return
     payload = {name: {k: repr(v) for k, v in encoding_parameters(name).items()} for name in available_encodings()}
     if as_json:
         sys.stdout.write(json.dumps(payload) + "\n")
@@ -458,6 +480,7 @@ def encodings_cmd(as_json: JsonOpt = False) -> None:
     for name, params in payload.items():
         table.add_row(name, ", ".join(f"{k}={v}" for k, v in params.items()))
     out_console.print(table)
+    out_console.print("What each argument means: posenc encodings NAME", highlight=False)
 
 
 @app.command("fit-signal")
