@@ -295,6 +295,9 @@ def test_summarize_claims_on_a_known_answer():
     assert pe["selectors"]["pt"]["optimum_hits"] == 5 and pe["selectors"]["magnitude"]["encoding_hits"] == 0
     assert pe["claims"]["pt_beats_magnitude"]["verdict"] == HOLDS
     assert pe["selectors"]["magnitude"]["picks"] == {"sinusoidal|plain": 1, "none|plain": 4}
+    # both spaces' claims, gathered under one key as in every section
+    assert s["claims"]["pe.pt_beats_magnitude"] is pe["claims"]["pt_beats_magnitude"]
+    assert set(s["claims"]) == {f"micro.{k}" for k in c} | {f"pe.{k}" for k in pe["claims"]}
 
 
 def test_summarize_without_seeds_to_pair_is_not_confirmed():
@@ -302,7 +305,7 @@ def test_summarize_without_seeds_to_pair_is_not_confirmed():
     c = summarize(res)["micro"]["claims"]
     assert c["pt_beats_magnitude"]["verdict"] == NOT_CONFIRMED
     assert summarize({}) == {"micro": {"gt": {}, "selectors": {}, "claims": {}, "edges": {}, "supernets": {}},
-                             "pe": {"gt": {}, "selectors": {}, "claims": {}, "supernets": {}}}
+                             "pe": {"gt": {}, "selectors": {}, "claims": {}, "supernets": {}}, "claims": {}}
 
 
 def test_render_writes_tables_claims_and_figures(tmp_path):

@@ -324,5 +324,12 @@ def summarize_pe(results: Mapping[str, dict]) -> dict:
 
 
 def summarize(results: Mapping[str, dict]) -> dict:
-    """The section's summary: the micro space and the positional-encoding space."""
-    return {"micro": summarize_micro(results), "pe": summarize_pe(results)}
+    """The section's summary: the micro space and the positional-encoding space.
+
+    ``claims`` gathers both spaces' claims under ``micro.<name>`` / ``pe.<name>`` (the
+    CLI's one-line verdicts and the README table read that key, as in every section).
+    """
+    micro, pe = summarize_micro(results), summarize_pe(results)
+    claims = {f"{space}.{k}": v for space, part in (("micro", micro), ("pe", pe))
+              for k, v in part.get("claims", {}).items()}
+    return {"micro": micro, "pe": pe, "claims": claims}
