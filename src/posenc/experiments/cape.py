@@ -84,7 +84,7 @@ class ResolutionConfig:
     dim: int = 32
     depth: int = 2
     heads: int = 2
-    steps: int = 450
+    steps: int = 900
     batch: int = 32
     lr: float = 3e-3
     eval_size: int = 256
@@ -252,7 +252,7 @@ FULL = ResolutionConfig(steps=1500, eval_size=512, train_res=16, test_res=(8, 12
 
 
 def plan(profile: str, seeds: int | None = None) -> list[Job]:
-    """quick: the relation task, every variant, 2 seeds, 450 steps at 12 px (tested at 6-24 px);
+    """quick: the relation task, every variant, 2 seeds, 900 steps at 12 px (tested at 6-24 px);
     full: every task, 5 seeds, 1,500 steps at 16 px (tested at 8-48 px)."""
     if profile == "quick":
         tasks, n_seeds, base = QUICK_TASKS, seeds or 2, QUICK

@@ -109,8 +109,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         "",
     ]
     if seeds < 8:
-        lines += ["**Quick profile: indicative only** (2 seeds, short training; most runs have not converged — see "
-                  "the `converged` column). Use `--profile full` (8 seeds, trained to convergence).", ""]
+        lines += [f"**Indicative only** ({seeds} seeds, training shorter than the full profile's; the `converged` "
+                  "column says which runs converged). Use `--profile full` (8 seeds, trained to convergence).", ""]
     table = summary.get("table", {})
     if "digits" in table:
         lines += ["**Digits ViT** (test accuracy on 449 held-out images; mean ± std over seeds)", "",
