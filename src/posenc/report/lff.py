@@ -109,7 +109,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         "",
     ]
     if seeds < 8:
-        lines += [f"**Indicative only** ({seeds} seeds, training shorter than the full profile's; the `converged` "
+        lines += [f"**Quick profile: indicative only** ({seeds} seeds, training shorter than the full profile's; the `converged` "
                   "column says which runs converged). Use `--profile full` (8 seeds, trained to convergence).", ""]
     table = summary.get("table", {})
     if "digits" in table:
