@@ -243,7 +243,14 @@ def search(r: dict) -> str:
     return "\n".join(out)
 
 
-FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search, "cape": cape}
+def scale(r: dict) -> str:
+    from benchmarks.bench_scale import markdown as scale_markdown
+
+    return scale_markdown(r)
+
+
+FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search,
+              "cape": cape, "scale": scale}
 
 
 def main() -> None:
