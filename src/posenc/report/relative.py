@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments.relative import EXTENSIONS, TASKS, VARIANTS, plan, summarize
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_diff, fmt_ms, markdown_table
+from posenc.report.tables import claims_markdown, fmt_ms, markdown_table
 
 TASK_TEXT = {
     "shift": "`shift` (relative, exact offset): output the token 2 places to the left",
@@ -99,12 +99,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                                    "mean beyond L"], body))
         out.append("")
     out.append(_figure(summary, save_figure))
-    out += ["", "**Claims** (paired per-seed differences, mean [95% interval] (n): verdict).", ""]
-    for name, claim in summary["claims"].items():
-        out.append(f"- {CLAIM_TEXT.get(name, name)}: **{claim['verdict']}**.")
-        for c in claim["comparisons"]:
-            note = f" — {c['note']}" if c.get("note") else ""
-            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}): {fmt_diff(c)}{note}")
+    out += ["", *claims_markdown(summary["claims"], CLAIM_TEXT)]
     return "\n".join(out) + "\n"
 
 

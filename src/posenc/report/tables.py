@@ -39,3 +39,15 @@ def fmt_diff(diff: dict | None, digits: int = 3) -> str:
     lo, hi = diff.get("low"), diff.get("high")
     interval = "[n/a]" if lo is None or hi is None else f"[{lo:+.{digits}f}, {hi:+.{digits}f}]"
     return f"{diff['mean']:+.{digits}f} {interval} (n={diff['n']}): {diff['verdict']}"
+
+
+def claims_markdown(claims: dict, text: dict[str, str]) -> list[str]:
+    """Markdown lines for claims made of paired comparisons: the claim's verdict, then each
+    comparison's mean [95% interval] (n) and verdict (``claims[name]["comparisons"]``)."""
+    out = ["**Claims** (paired per-seed differences, mean [95% interval] (n): verdict).", ""]
+    for name, claim in claims.items():
+        out.append(f"- {text.get(name, name)}: **{claim['verdict']}**.")
+        for c in claim["comparisons"]:
+            note = f" — {c['note']}" if c.get("note") else ""
+            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}): {fmt_diff(c)}{note}")
+    return out
