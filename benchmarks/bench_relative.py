@@ -1,17 +1,14 @@
 """Benchmarks for the relative encodings (area ``relative``).
 
-1. RoPE on q and k (batch 8, 8 heads, n = 4,096, d = 64, float32, forward) as a
-   ratio to the memory floor: copying q and k into preallocated outputs (one read
-   and one write of each). Both channel layouts, the functional form, and
-   rotary-embedding-torch on the same inputs when it is installed; timed
-   round-robin in one process so the ratios are side by side.
-2. Attention with a position bias, forward + backward, batch 1, 8 heads, d = 64,
+RoPE against the memory floor is its own area (``bench_rope``).
+
+1. Attention with a position bias, forward + backward, batch 1, 8 heads, d = 64,
    n = 1k .. 16k, each case in a fresh process (peak memory): plain SDPA (no bias,
    the fused kernel), SDPA + the fixed ALiBi bias, SDPA + a learned T5 bias, SDPA +
    a learned clipped-offset bias; FlexAttention with ALiBi's ``score_mod``
    (forward only: torch has no CPU backward for it). Cases predicted above
    ``MEMORY_LIMIT_MB`` are not run.
-3. ALiBi at long n: linear attention with ALiBi through the decay path
+2. ALiBi at long n: linear attention with ALiBi through the decay path
    (:func:`posenc.attention.alibi_kernelized_attention`, m = 32 features) against
    SDPA + ALiBi, forward + backward.
 """
@@ -30,49 +27,7 @@ HEADS, HEAD_DIM = 8, 64
 MEMORY_LIMIT_MB = 9000.0
 
 
-# ------------------------------------------------------------------ 1. RoPE vs the memory floor
-def bench_rope(batch: int, heads: int, n: int, d: int, repeat: int) -> dict:
-    import time
-
-    from posenc.attention.rotary import RotaryEmbedding, apply_rope
-
-    torch.set_num_threads(1)
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(batch, heads, n, d, generator=g), torch.randn(batch, heads, n, d, generator=g)
-    oq, ok = torch.empty_like(q), torch.empty_like(k)
-    half, inter = RotaryEmbedding(d), RotaryEmbedding(d, layout="interleaved")
-    cases = {
-        "floor (copy q, k)": lambda: (oq.copy_(q), ok.copy_(k)),
-        "posenc RotaryEmbedding, half-split": lambda: half(q, k),
-        "posenc RotaryEmbedding, interleaved": lambda: inter(q, k),
-        "posenc apply_rope (functional), half-split": lambda: (apply_rope(q), apply_rope(k)),
-    }
-    try:
-        import rotary_embedding_torch as ret
-
-        theirs = ret.RotaryEmbedding(dim=d)
-        cases["rotary-embedding-torch (interleaved)"] = lambda: (
-            theirs.rotate_queries_or_keys(q), theirs.rotate_queries_or_keys(k))
-    except ImportError:  # pragma: no cover - the test extra installs it
-        pass
-    for fn in cases.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeat):  # round-robin: every case sees the same machine state
-        for name, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    floor = min(times["floor (copy q, k)"])
-    return {
-        "shape": {"batch": batch, "heads": heads, "n": n, "d": d}, "threads": 1,
-        "bytes_moved_floor": 4 * q.numel() * q.element_size(),
-        "cases": {name: {"min_s": min(ts), "ratio_to_floor": min(ts) / floor} for name, ts in times.items()},
-        "target_ratio": 2.0,
-    }
-
-
-# ------------------------------------------------------------------ 2. bias attention
+# ------------------------------------------------------------------ 1. bias attention
 def _predicted_mb(kind: str, n: int, heads: int) -> float:
     if kind in ("sdpa", "flex_alibi_fwd", "decay_alibi"):
         return 0.0
@@ -170,7 +125,6 @@ def crossover(rows: list[dict], fast: str, slow: str) -> float | None:
 
 
 def run(quick: bool = False) -> dict:
-    rope = bench_rope(2 if quick else 8, HEADS, 512 if quick else 4096, HEAD_DIM, repeat=3 if quick else 9)
     lengths = [256, 512] if quick else [1024, 4096, 16384]
     bias = bench_bias(lengths, list(KINDS), repeat=1 if quick else 2)
     # one length past the sweep: SDPA is O(n^2) (about 3 min per forward + backward at
@@ -179,7 +133,6 @@ def run(quick: bool = False) -> dict:
     decay = bench_bias(long_n, ["sdpa", "decay_alibi"], repeat=1 if quick else 1)
     rows = bias["rows"] + decay["rows"]
     return {
-        "rope": rope,
         "bias": bias,
         "long": decay,
         "crossovers": {

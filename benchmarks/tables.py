@@ -149,14 +149,29 @@ def krpe(r: dict) -> str:
     return "\n".join(out)
 
 
+def rope(r: dict) -> str:
+    out = []
+    titles = {"cpu": "CPU, fresh memory as it comes", "cpu_thp": "CPU, `THP_MEM_ALLOC_ENABLE=1` (huge pages)",
+              "cuda": "CUDA"}
+    for key, title in titles.items():
+        part = r.get(key)
+        if not part or "cases" not in part:
+            continue
+        sh = part["shape"]
+        dev = part.get("device_name", part.get("device", "cpu"))
+        out += [f"RoPE on q and k, {title} ({dev}): batch {sh['batch']}, {sh['heads']} heads, n = {sh['n']:,}, "
+                f"d = {sh['d']}, float32, forward, {part['threads']} thread; {part['bytes_moved_floor'] / 2**20:.0f} "
+                f"MiB read + written at the floor; target ≤ {part['target_ratio']:g}× floor:", ""]
+        rows = [[name, f"{c['min_s'] * 1e3:.2f}", f"{c['ratio_to_floor']:.2f}", f"{c['ratio_to_alloc_floor']:.2f}"]
+                for name, c in part["cases"].items()]
+        rows += [[name, "not run", why, ""] for name, why in part.get("skipped", {}).items()]
+        out.append(markdown_table(["implementation", "ms", "÷ copy floor", "÷ allocation floor"], rows))
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
 def relative(r: dict) -> str:
-    rope = r["rope"]
-    sh = rope["shape"]
-    out = [f"RoPE on q and k, batch {sh['batch']}, {sh['heads']} heads, n = {sh['n']:,}, d = {sh['d']}, float32, "
-           f"forward, {rope['threads']} thread (floor: copying q and k, {rope['bytes_moved_floor'] / 2**20:.0f} MiB "
-           f"moved; target ≤ {rope['target_ratio']:g}× floor):", ""]
-    rows = [[name, f"{c['min_s'] * 1e3:.1f}", f"{c['ratio_to_floor']:.2f}"] for name, c in rope["cases"].items()]
-    out.append(markdown_table(["implementation", "ms", "time / floor"], rows))
+    out: list[str] = []
     for key, title in (("bias", "Attention with a position bias, forward + backward (FlexAttention: forward only), "
                                 "causal"), ("long", "Long sequences")):
         part = r[key]
@@ -174,8 +189,8 @@ def relative(r: dict) -> str:
                 return "error"
             return f"{row['median_s']:.3f} s ({row['peak_rss_mb']:.0f} MB)"
 
-        out += ["", f"{title}, batch {part['batch']}, {part['heads']} heads, d = {part['head_dim']}, "
-                f"{part['threads']} thread, seconds (peak RSS):", ""]
+        out += ([""] if out else []) + [f"{title}, batch {part['batch']}, {part['heads']} heads, "
+                                         f"d = {part['head_dim']}, {part['threads']} thread, seconds (peak RSS):", ""]
         out.append(markdown_table(["method", *[f"n = {n:,}" for n in lengths]],
                                   [[labels[k], *[fmt(cell.get((k, n))) for n in lengths]] for k in kinds]))
     cross = r.get("crossovers", {})
@@ -250,7 +265,7 @@ def scale(r: dict) -> str:
 
 
 FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search,
-              "cape": cape, "scale": scale}
+              "cape": cape, "scale": scale, "rope": rope}
 
 
 def main() -> None:

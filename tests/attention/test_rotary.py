@@ -14,6 +14,7 @@ from posenc.attention.rotary import (
     convert_rope_layout,
     layout_permutation,
     rope_frequencies,
+    rotate,
 )
 
 
@@ -252,3 +253,115 @@ def test_non_contiguous_inputs():
     for layout in ("half", "interleaved"):
         torch.testing.assert_close(apply_rope(q, layout=layout), apply_rope(q.contiguous(), layout=layout))
         torch.testing.assert_close(apply_rope(q, layout=layout), reference(q.contiguous(), torch.arange(6), layout=layout))
+
+
+# ------------------------------------------------------------------ in-place and blocked kernels
+def test_blocks_cover_every_row_once():
+    from posenc.attention.rotary import _blocks
+
+    for shape, row, target in [((3, 5, 7), 8, 8), ((3, 5, 7), 8, 24), ((3, 5, 7), 8, 8 * 35),
+                               ((3, 5, 7), 8, 10**9), ((2, 9), 4, 12), ((4,), 4, 1), ((1, 1, 13), 4, 20)]:
+        seen = torch.zeros(shape, dtype=torch.int64)
+        for idx in _blocks(torch.Size(shape), row, target):
+            seen[idx] += 1
+            assert seen[idx].numel() * row <= max(target, row), (shape, target, idx)
+        assert bool((seen == 1).all()), (shape, target)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("r", [None, 6])
+def test_blocked_kernels_match_the_loop_reference(monkeypatch, layout, r):
+    # blocks far smaller than the tensor: runs cut inside the token dim
+    import posenc.attention.rotary as rot
+
+    monkeypatch.setattr(rot, "BLOCK_BYTES", 3 * 10 * 8)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 7, 10, generator=g, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 2, 5, 9, 100, 12345])
+    ref = reference(x, pos, r=r, layout=layout)
+    torch.testing.assert_close(apply_rope(x, pos, rotary_dim=r, layout=layout), ref, rtol=1e-12, atol=1e-12)
+    y = x.clone()
+    out = apply_rope(y, pos, rotary_dim=r, layout=layout, inplace=True)
+    assert out is y
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_inplace_equals_out_of_place(layout, dtype):
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 3, 9, 8, generator=g).to(dtype), torch.randn(2, 3, 9, 8, generator=g).to(dtype)
+    rope = RotaryEmbedding(8, layout=layout)
+    eq, ek = rope(q, k)
+    q2, k2 = q.clone(), k.clone()
+    rq, rk = rope(q2, k2, inplace=True)
+    assert rq is q2 and rk is k2
+    assert torch.equal(q2, eq) and torch.equal(k2, ek)
+    # the functional forms, explicit positions and xPos (the non-cached path)
+    pos = torch.arange(9) * 2 + 1
+    fq, fk = apply_rope_qk(q, k, pos, layout=layout, xpos_scale_base=64.0)
+    q3, k3 = q.clone(), k.clone()
+    apply_rope_qk(q3, k3, pos, layout=layout, xpos_scale_base=64.0, inplace=True)
+    assert torch.equal(q3, fq) and torch.equal(k3, fk)
+
+
+def test_inplace_on_non_contiguous_views():
+    # q and k as views of one fused qkv tensor: rotated in place, v untouched
+    qkv = torch.randn(2, 6, 3, 2, 8, dtype=torch.float64)
+    before = qkv.clone()
+    for layout in ("half", "interleaved"):
+        x = qkv.clone()
+        q, k, v = x.permute(2, 0, 3, 1, 4).unbind(0)
+        rq, rk = RotaryEmbedding(8, layout=layout)(q, k, inplace=True)
+        bq, bk, bv = before.permute(2, 0, 3, 1, 4).unbind(0)
+        torch.testing.assert_close(q, reference(bq.contiguous(), torch.arange(6), layout=layout))
+        torch.testing.assert_close(k, reference(bk.contiguous(), torch.arange(6), layout=layout))
+        assert torch.equal(v, bv)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_inplace_gradients(layout):
+    # a non-leaf tensor rotated in place: the gradient is the out-of-place one
+    leaf = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    pos = torch.tensor([0.0, 1.5, 3.0, 7.0, 11.0], dtype=torch.float64)
+    w = torch.randn(2, 5, 8, dtype=torch.float64)
+    (apply_rope(leaf * 1.0, pos, layout=layout) * w).sum().backward()
+    expected = leaf.grad.clone()
+    leaf.grad = None
+    (apply_rope(leaf * 1.0, pos, layout=layout, inplace=True) * w).sum().backward()
+    torch.testing.assert_close(leaf.grad, expected, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: apply_rope(t * 1.0, pos, layout=layout, inplace=True), (leaf,))
+
+
+def test_inplace_compile_fullgraph():
+    q, k = torch.randn(2, 4, 12, 16), torch.randn(2, 4, 12, 16)
+    rope = RotaryEmbedding(16)
+    expected = rope(q, k)
+    mod = torch.compile(lambda a, b: rope(a, b, inplace=True), fullgraph=True, backend="eager")
+    q2, k2 = q.clone(), k.clone()
+    mod(q2, k2)
+    torch.testing.assert_close(q2, expected[0])
+    torch.testing.assert_close(k2, expected[1])
+
+
+def test_inplace_bad_input():
+    leaf = torch.randn(2, 4, 8, requires_grad=True)
+    with pytest.raises(ValueError, match="inplace=True cannot overwrite x: it is a leaf"):
+        apply_rope(leaf, inplace=True)
+    with pytest.raises(ValueError, match="inplace=True cannot overwrite q"):
+        RotaryEmbedding(8)(leaf, leaf.detach().clone(), inplace=True)
+    with pytest.raises(TypeError, match="inplace"):
+        apply_rope(torch.randn(2, 4, 8), inplace="yes")
+    with pytest.raises(TypeError, match="inplace"):
+        RotaryEmbedding(8)(torch.randn(1, 4, 8), torch.randn(1, 4, 8), inplace=1)
+    ang = torch.zeros(2, 4, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="angles require grad"):
+        rotate(torch.randn(2, 4, 8) * torch.ones(1, requires_grad=True), ang, inplace=True)
+    with pytest.raises(ValueError, match="angles of shape"):
+        rotate(torch.randn(4, 8), torch.zeros(3, 4, 4))
+    # nothing was overwritten by a refused call
+    x = torch.randn(2, 4, 8)
+    before = x.clone()
+    with pytest.raises(ValueError):
+        apply_rope(x, torch.arange(5), inplace=True)
+    assert torch.equal(x, before)

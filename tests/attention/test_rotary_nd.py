@@ -134,3 +134,33 @@ def test_bad_input():
     mixed = MixedRotaryEmbedding(8, 2)
     with pytest.raises(ValueError, match="q must have shape"):
         mixed(torch.randn(1, 3, 4, 8), torch.randn(1, 3, 4, 8), torch.zeros(4, 2))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_inplace_matches_out_of_place(layout):
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 2, 6, 8, generator=g), torch.randn(2, 2, 6, 8, generator=g)
+    pos = torch.rand(2, 6, 2, generator=g) * 5
+    for mod in (AxialRotaryEmbedding(8, 2, layout=layout), MixedRotaryEmbedding(8, 2, layout=layout)):
+        eq, ek = mod(q, k, pos)
+        q2, k2 = q.clone(), k.clone()
+        rq, rk = mod(q2, k2, pos, inplace=True)
+        assert rq is q2 and rk is k2
+        torch.testing.assert_close(q2, eq)
+        torch.testing.assert_close(k2, ek)
+
+
+def test_inplace_keeps_mixed_frequency_gradients():
+    # in place on inputs without grad: the learnable frequencies still get their gradient
+    mod = MixedRotaryEmbedding(8, 2)
+    q, pos = torch.randn(1, 2, 5, 8), torch.rand(5, 2)
+    rq, rk = mod(q.clone(), q.clone(), pos)
+    (rq * rk.flip(2)).sum().backward()
+    expected = mod.freqs.grad.clone()
+    mod.freqs.grad = None
+    rq, rk = mod(q.clone(), q.clone(), pos, inplace=True)
+    (rq * rk.flip(2)).sum().backward()
+    torch.testing.assert_close(mod.freqs.grad, expected)
+    # inputs that need grad cannot be overwritten while the angles need theirs
+    with pytest.raises(ValueError, match="angles require grad"):
+        mod(q * torch.ones(1, requires_grad=True), q.clone(), pos, inplace=True)

@@ -33,10 +33,12 @@ accurately as position 10 (``p * theta`` in float32 loses ~1e-2 rad there).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
-from posenc._checks import _compiling, check_choice, check_finite, check_positive_float, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_bool, check_choice, check_finite, check_positive_float, check_positive_int, check_tensor
 from posenc.encodings.base import compute_dtype
 
 LAYOUTS = ("half", "interleaved")
@@ -100,12 +102,46 @@ def _complex_ok(t: torch.Tensor) -> bool:
     return t.stride(-1) == 1 and all(st % 2 == 0 for st in t.stride()[:-1]) and t.storage_offset() % 2 == 0
 
 
+#: Bytes of ``x`` handled per block by the half-split kernels: the block, its output and
+#: the scratch copy stay in a core's L2 cache between the passes over it.
+BLOCK_BYTES = 1 << 20
+
+
+def _blocks(shape: torch.Size, row_bytes: int, target: int | None = None) -> list[tuple]:
+    """Index tuples cutting a tensor of leading ``shape`` (rows of ``row_bytes``) into blocks of ~``target`` bytes.
+
+    Trailing leading-dims are kept whole as long as they fit; the next one is cut into
+    runs; the ones before it are iterated. Every row is covered exactly once.
+    ``target`` defaults to :data:`BLOCK_BYTES` (read at call time).
+    """
+    target = BLOCK_BYTES if target is None else target
+    inner, j = 1, len(shape)
+    while j > 0 and inner * shape[j - 1] * row_bytes <= target:
+        inner *= shape[j - 1]
+        j -= 1
+    if j == 0:
+        return [()]
+    step = max(1, target // (inner * row_bytes))
+    return [idx + (slice(s, s + step),)
+            for idx in itertools.product(*map(range, shape[: j - 1]))
+            for s in range(0, shape[j - 1], step)]
+
+
+def _half_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """``[cos, cos]``, ``-sin`` and ``sin`` expanded (views) to ``x``'s leading shape."""
+    K = cos.shape[-1]
+    lead = x.shape[:-1]
+    c2 = torch.cat((cos, cos), dim=-1).expand(lead + (2 * K,))
+    return c2, (-sin).expand(lead + (K,)), sin.expand(lead + (K,))
+
+
 def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
                  out: torch.Tensor) -> torch.Tensor:
-    """Write the rotation of ``x`` into ``out`` with few passes over memory (no autograd).
+    """Write the rotation of ``x`` into ``out`` (a different tensor) with few passes over memory (no autograd).
 
-    Interleaved pairs are one complex multiplication (read ``x`` once, write ``out`` once);
-    half-split pairs are two multiply-adds per half.
+    Interleaved pairs are one complex multiplication (read ``x`` once, write ``out``
+    once). Half-split pairs are ``out = x * [cos, cos]`` then one multiply-add per half,
+    done block by block so that the second and third passes hit the cache.
     """
     K = cos.shape[-1]
     r = 2 * K
@@ -116,62 +152,130 @@ def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: 
     elif layout == "interleaved":
         out[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
     else:
-        x1, x2 = x[..., :K], x[..., K:r]
-        o1, o2 = out[..., :K], out[..., K:r]
-        torch.mul(x1, cos, out=o1)
-        o1.addcmul_(x2, sin, value=-1.0)
-        torch.mul(x2, cos, out=o2)
-        o2.addcmul_(x1, sin)
+        c2, nsin, psin = _half_tables(x, cos, sin)
+        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size()):
+            xb, ob = x[idx], out[idx]
+            torch.mul(xb[..., :r], c2[idx], out=ob[..., :r])
+            ob[..., :K].addcmul_(xb[..., K:r], nsin[idx])
+            ob[..., K:r].addcmul_(xb[..., :K], psin[idx])
     if r < x.shape[-1]:
         out[..., r:].copy_(x[..., r:])
     return out
+
+
+def _rotate_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Rotate ``x`` in place (no autograd): one read and one write of the rotated channels.
+
+    Interleaved pairs: an in-place complex multiplication. Half-split pairs: block by
+    block, a copy of the block into a small scratch buffer, then the same three passes
+    as :func:`_rotate_into`, all in cache.
+    """
+    K = cos.shape[-1]
+    r = 2 * K
+    if layout == "interleaved" and x.dtype in (torch.float32, torch.float64) and _complex_ok(x):
+        torch.view_as_complex(x[..., :r].unflatten(-1, (K, 2))).mul_(torch.complex(cos, sin))
+    elif layout == "interleaved":
+        x[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
+    else:
+        c2, nsin, psin = _half_tables(x, cos, sin)
+        scratch = None
+        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size()):
+            xb = x[idx][..., :r]
+            if scratch is None or scratch.numel() < xb.numel():
+                scratch = torch.empty(xb.numel(), dtype=x.dtype, device=x.device)
+            tmp = scratch[: xb.numel()].view(xb.shape)
+            tmp.copy_(xb)
+            xb.mul_(c2[idx])
+            xb[..., :K].addcmul_(tmp[..., K:], nsin[idx])
+            xb[..., K:].addcmul_(tmp[..., :K], psin[idx])
+    return x
 
 
 class _Rotate(torch.autograd.Function):
     """Rotation by fixed angles; backward rotates the gradient back (``R^T = R(-angle)``)."""
 
     @staticmethod
-    def forward(ctx, x, cos, sin, layout):  # type: ignore[override]
+    def forward(ctx, x, cos, sin, layout, inplace):  # type: ignore[override]
         ctx.save_for_backward(cos, sin)
         ctx.layout = layout
+        if inplace:
+            ctx.mark_dirty(x)
+            return _rotate_inplace(x, cos, sin, layout)
         return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         cos, sin = ctx.saved_tensors
-        return _rotate_into(grad, cos, -sin, ctx.layout, torch.empty_like(grad)), None, None, None
+        return _rotate_into(grad, cos, -sin, ctx.layout, torch.empty_like(grad)), None, None, None, None
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, inplace: bool = False) -> torch.Tensor:
     """Rotate the first ``2 K`` channels of ``x (..., d)`` by ``cos, sin (..., K)``; the rest pass through.
 
-    ``cos``/``sin`` must broadcast to ``x[..., :K]``. Fast kernels write the result in
-    place of a fresh tensor; when the angles need gradients, or under ``torch.compile``
-    (which fuses the plain expressions itself), the plain expressions are used.
+    ``cos``/``sin`` must broadcast to ``x[..., :K]`` without growing it. Fast kernels
+    write the result into a fresh tensor (or into ``x`` when ``inplace``); when the
+    angles need gradients, or under ``torch.compile`` (which fuses the plain
+    expressions itself), the plain expressions are used.
     """
     if _compiling() or cos.requires_grad or sin.requires_grad:
-        return _rotate_functional(x, cos, sin, layout)
+        if not inplace:
+            return _rotate_functional(x, cos, sin, layout)
+        # the angles' gradient reads the unrotated values: keep them when it is needed
+        keep = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
+        return x.copy_(_rotate_functional(x.clone() if keep else x, cos, sin, layout))
     if torch.is_grad_enabled() and x.requires_grad:
-        return _Rotate.apply(x, cos, sin, layout)
+        return _Rotate.apply(x, cos, sin, layout, inplace)
+    if inplace:
+        return _rotate_inplace(x, cos, sin, layout)
     return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
 
 
-def rotate(x: torch.Tensor, angles: torch.Tensor, layout: str = "half", scale: torch.Tensor | None = None) -> torch.Tensor:
+def _check_inplace(name: str, x: torch.Tensor, angles_need_grad: bool = False) -> None:
+    """``inplace=True`` writes into ``x``: refuse the cases autograd cannot follow, with the reason."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        if x.is_leaf:
+            raise ValueError(f"inplace=True cannot overwrite {name}: it is a leaf tensor that requires grad "
+                             "(rotate a copy, or use inplace=False)")
+        if angles_need_grad:
+            raise ValueError(f"inplace=True cannot overwrite {name} while the angles require grad "
+                             "(their gradient needs the unrotated values); use inplace=False")
+
+
+def rotate(
+    x: torch.Tensor, angles: torch.Tensor, layout: str = "half", scale: torch.Tensor | None = None,
+    *, inplace: bool = False,
+) -> torch.Tensor:
     """Rotate channel pairs of ``x (..., n, d)`` by ``angles`` (broadcastable to ``(..., n, K)``, ``2K <= d``).
 
     The low-level primitive under :func:`apply_rope` and the N-D variants: angles
     may come from any position map (1D, axial, mixed). ``scale`` (same shape as
     ``angles``) multiplies each rotated pair (xPos, YaRN's temperature). Computed
-    in at least float32 and cast back to ``x.dtype``.
+    in at least float32 and cast back to ``x.dtype``. With ``inplace=True`` the
+    result is written into ``x`` and ``x`` is returned (no new memory: the fastest
+    form when the unrotated values are not needed again).
     """
     check_choice("layout", layout, LAYOUTS)
+    inplace = check_bool("inplace", inplace)
     if 2 * angles.shape[-1] > x.shape[-1]:
         raise ValueError(f"angles cover {2 * angles.shape[-1]} channels but x has only {x.shape[-1]}")
+    try:
+        grown = torch.broadcast_shapes(angles.shape[:-1], x.shape[:-1]) != x.shape[:-1]
+    except RuntimeError:
+        grown = True
+    if grown:
+        raise ValueError(f"angles of shape {tuple(angles.shape)} must broadcast to x's leading shape "
+                         f"{tuple(x.shape[:-1])} (one angle set per token)")
     dt = compute_dtype(x.dtype)
     cos, sin = torch.cos(angles), torch.sin(angles)
     if scale is not None:
         cos, sin = cos * scale, sin * scale
-    return _rotate(x.to(dt), cos.to(dt), sin.to(dt), layout).to(x.dtype)
+    cos, sin = cos.to(dt), sin.to(dt)
+    if inplace:
+        _check_inplace("x", x, cos.requires_grad or sin.requires_grad)
+        if x.dtype == dt:
+            return _rotate(x, cos, sin, layout, inplace=True)
+        return x.copy_(_rotate(x.to(dt), cos, sin, layout))
+    return _rotate(x.to(dt), cos, sin, layout).to(x.dtype)
 
 
 def _default_positions(positions: torch.Tensor | None, n: int, device) -> torch.Tensor:
@@ -208,6 +312,7 @@ def apply_rope(
     rotary_dim: int | None = None,
     layout: str = "half",
     freqs: torch.Tensor | None = None,
+    inplace: bool = False,
 ) -> torch.Tensor:
     """Rotate ``x (..., n, d)`` by its positions: ``(..., n, d) -> (..., n, d)``.
 
@@ -221,6 +326,8 @@ def apply_rope(
         layout: ``"half"`` or ``"interleaved"`` pairs (see the module docstring).
         freqs: explicit ``(rotary_dim / 2,)`` frequencies (e.g. from
             :mod:`posenc.attention.rope_scaling`); overrides ``base``.
+        inplace: write the result into ``x`` and return it (no new memory; refused
+            for a leaf tensor that requires grad).
     """
     _check_x("x", x)
     check_choice("layout", layout, LAYOUTS)
@@ -234,7 +341,7 @@ def apply_rope(
         check_finite("freqs", freqs)
     pos = _default_positions(positions, x.shape[-2], x.device)
     _check_broadcast("positions", pos, x.shape[:-1])
-    return rotate(x, rope_angles(pos, freqs), layout)
+    return rotate(x, rope_angles(pos, freqs), layout, inplace=inplace)
 
 
 def xpos_scales(
@@ -267,6 +374,7 @@ def apply_rope_qk(
     xpos_scale_base: float | None = None,
     xpos_gamma: float = 0.4,
     xpos_center: float = 0.0,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate queries and keys: ``q (..., n_q, d), k (..., n_k, d) -> (q', k')``.
 
@@ -282,6 +390,7 @@ def apply_rope_qk(
         xpos_scale_base: enable xPos with this scale base (512 in the paper); None = plain RoPE.
         xpos_gamma, xpos_center: xPos's ``gamma`` (0.4) and the position the exponent is
             measured from (cancels in every logit).
+        inplace: write the results into ``q`` and ``k`` and return them (no new memory).
     """
     _check_x("q", q)
     _check_x("k", k)
@@ -310,7 +419,7 @@ def apply_rope_qk(
     if attention_factor != 1.0:
         sq = torch.full_like(aq, attention_factor) if sq is None else sq * attention_factor
         sk = torch.full_like(ak, attention_factor) if sk is None else sk * attention_factor
-    return rotate(q, aq, layout, sq), rotate(k, ak, layout, sk)
+    return rotate(q, aq, layout, sq, inplace=inplace), rotate(k, ak, layout, sk, inplace=inplace)
 
 
 def layout_permutation(rotary_dim: int, source: str = "interleaved", target: str = "half") -> torch.Tensor:
@@ -434,9 +543,17 @@ class RotaryEmbedding(nn.Module):
         k: torch.Tensor,
         q_positions: torch.Tensor | None = None,
         k_positions: torch.Tensor | None = None,
+        *,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``q`` and ``k`` (positions as in :func:`apply_rope_qk`).
+
+        With ``inplace=True`` the results are written into ``q`` and ``k`` (which are
+        returned): no new memory, the fastest form, e.g. for a KV cache.
+        """
         _check_x("q", q)
         _check_x("k", k)
+        inplace = check_bool("inplace", inplace)
         for name, t in (("q", q), ("k", k)):
             if t.shape[-1] != self.head_dim:
                 raise ValueError(f"{name} must have head dim {self.head_dim} (last dim), got {t.shape[-1]}")
@@ -447,13 +564,23 @@ class RotaryEmbedding(nn.Module):
                 q, k, q_positions, k_positions, rotary_dim=self.rotary_dim, layout=self.layout,
                 freqs=self.freqs.to(q.device), position_scale=self.position_scale,
                 attention_factor=self.attention_factor, xpos_scale_base=self.xpos_scale_base,
-                xpos_gamma=self.xpos_gamma,
+                xpos_gamma=self.xpos_gamma, inplace=inplace,
             )
         dt = compute_dtype(q.dtype)
         cos, sin = self._table(max(q.shape[-2], k.shape[-2]), q.device, dt)
-        rq = _rotate(q.to(dt), cos[: q.shape[-2]], sin[: q.shape[-2]], self.layout).to(q.dtype)
-        rk = _rotate(k.to(dt), cos[: k.shape[-2]], sin[: k.shape[-2]], self.layout).to(k.dtype)
-        return rq, rk
+        if inplace:
+            _check_inplace("q", q)
+            _check_inplace("k", k)
+        return (self._rotate_one(q, cos[: q.shape[-2]], sin[: q.shape[-2]], dt, inplace),
+                self._rotate_one(k, cos[: k.shape[-2]], sin[: k.shape[-2]], dt, inplace))
+
+    def _rotate_one(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dt: torch.dtype,
+               inplace: bool) -> torch.Tensor:
+        if not inplace:
+            return _rotate(x.to(dt), cos, sin, self.layout).to(x.dtype)
+        if x.dtype == dt:
+            return _rotate(x, cos, sin, self.layout, inplace=True)
+        return x.copy_(_rotate(x.to(dt), cos, sin, self.layout))
 
     def extra_repr(self) -> str:
         s = f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, layout={self.layout!r}"

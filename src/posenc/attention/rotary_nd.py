@@ -127,7 +127,9 @@ class AxialRotaryEmbedding(nn.Module):
         ang = nd_angles(pos, self.freqs)
         return ang[:, None] if ang.dim() == 3 else ang  # (B, n, K) -> (B, 1, n, K) over heads
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *,
+                inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated ``(q, k)``; ``inplace=True`` writes them into ``q`` and ``k`` (no new memory)."""
         _check_x("q", q)
         _check_x("k", k)
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
@@ -135,7 +137,7 @@ class AxialRotaryEmbedding(nn.Module):
         if q.shape[-2] != k.shape[-2]:
             raise ValueError(f"q and k must have the same length for shared positions, got {q.shape[-2]} and {k.shape[-2]}")
         ang = self.angles(positions, q.shape[-2])
-        return rotate(q, ang, self.layout), rotate(k, ang, self.layout)
+        return rotate(q, ang, self.layout, inplace=inplace), rotate(k, ang, self.layout, inplace=inplace)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, num_axes={self.num_axes}, base={self.base:g}, layout={self.layout!r}"
@@ -172,7 +174,9 @@ class MixedRotaryEmbedding(nn.Module):
         gen = torch.Generator().manual_seed(self.seed)
         self.freqs.copy_(mixed_frequencies(self.head_dim, self.num_heads, self.base, generator=gen))
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *,
+                inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated ``(q, k)``; ``inplace=True`` writes them into ``q`` and ``k`` (no new memory)."""
         _check_x("q", q)
         _check_x("k", k)
         if q.dim() != 4 or q.shape[1] != self.num_heads or q.shape[-1] != self.head_dim:
@@ -183,7 +187,7 @@ class MixedRotaryEmbedding(nn.Module):
         # angles in the parameter's dtype (at least float32) so gradients reach the frequencies
         dt = torch.promote_types(self.freqs.dtype, torch.float32)
         ang = torch.einsum("...na,hka->...hnk", pos.to(dt), self.freqs.to(dt))
-        return rotate(q, ang, self.layout), rotate(k, ang, self.layout)
+        return rotate(q, ang, self.layout, inplace=inplace), rotate(k, ang, self.layout, inplace=inplace)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, base={self.base:g}, layout={self.layout!r}"
