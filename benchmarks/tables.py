@@ -158,9 +158,11 @@ def rope(r: dict) -> str:
         if not part or "cases" not in part:
             continue
         sh = part["shape"]
-        dev = part.get("device_name", part.get("device", "cpu"))
-        out += [f"RoPE on q and k, {title} ({dev}): batch {sh['batch']}, {sh['heads']} heads, n = {sh['n']:,}, "
-                f"d = {sh['d']}, float32, forward, {part['threads']} thread; {part['bytes_moved_floor'] / 2**20:.0f} "
+        dev = part.get("device_name", "cpu")
+        where = title if dev == "cpu" else f"{title} ({dev})"
+        threads = f", {part['threads']} thread" if dev == "cpu" else ""
+        out += [f"RoPE on q and k, {where}: batch {sh['batch']}, {sh['heads']} heads, n = {sh['n']:,}, "
+                f"d = {sh['d']}, float32, forward{threads}; {part['bytes_moved_floor'] / 2**20:.0f} "
                 f"MiB read + written at the floor; target ≤ {part['target_ratio']:g}× floor:", ""]
         rows = [[name, f"{c['min_s'] * 1e3:.2f}", f"{c['ratio_to_floor']:.2f}", f"{c['ratio_to_alloc_floor']:.2f}"]
                 for name, c in part["cases"].items()]
@@ -276,7 +278,7 @@ def main() -> None:
         r = json.loads(path.read_text())
         name = r.get("benchmark", path.stem)
         fmt = FORMATTERS.get(name)
-        print(f"#### {name} ({r['environment']['date']}, torch {r['environment']['torch']})\n")
+        print(f"#### {path.stem} ({r['environment']['date']}, torch {r['environment']['torch']})\n")
         print(fmt(r) if fmt else "```json\n" + json.dumps({k: v for k, v in r.items() if k != "environment"},
                                                           indent=1)[:3000] + "\n```")
         print()

@@ -73,4 +73,5 @@ def test_rope_equals_timm_default_pixel_bands():
     pos = torch.stack(torch.meshgrid(ys, xs, indexing="ij"), dim=-1).reshape(-1, 2)
     ours = rotate(x, nd_angles(pos, F), layout="interleaved")
     theirs = _timm_rope(x.float(), [H, W])
-    torch.testing.assert_close(ours.float(), theirs, rtol=1e-5, atol=1e-5)
+    # timm forms the angles (up to 112 pi rad) in float32: ~4e-5 rad of rounding at the largest
+    torch.testing.assert_close(ours.float(), theirs, rtol=1e-5, atol=2e-4)

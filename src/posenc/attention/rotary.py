@@ -102,9 +102,14 @@ def _complex_ok(t: torch.Tensor) -> bool:
     return t.stride(-1) == 1 and all(st % 2 == 0 for st in t.stride()[:-1]) and t.storage_offset() % 2 == 0
 
 
-#: Bytes of ``x`` handled per block by the half-split kernels: the block, its output and
-#: the scratch copy stay in a core's L2 cache between the passes over it.
+#: Bytes of ``x`` handled per block by the half-split kernels on the CPU: the block, its
+#: output and the scratch copy stay in cache between the passes over it. Accelerators
+#: take the whole tensor in one block (there, each block would cost kernel launches).
 BLOCK_BYTES = 1 << 20
+
+
+def _block_bytes(x: torch.Tensor) -> int:
+    return BLOCK_BYTES if x.device.type == "cpu" else x.numel() * x.element_size()
 
 
 def _blocks(shape: torch.Size, row_bytes: int, target: int | None = None) -> list[tuple]:
@@ -153,7 +158,7 @@ def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: 
         out[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
     else:
         c2, nsin, psin = _half_tables(x, cos, sin)
-        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size()):
+        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size(), _block_bytes(x)):
             xb, ob = x[idx], out[idx]
             torch.mul(xb[..., :r], c2[idx], out=ob[..., :r])
             ob[..., :K].addcmul_(xb[..., K:r], nsin[idx])
@@ -179,7 +184,7 @@ def _rotate_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layou
     else:
         c2, nsin, psin = _half_tables(x, cos, sin)
         scratch = None
-        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size()):
+        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size(), _block_bytes(x)):
             xb = x[idx][..., :r]
             if scratch is None or scratch.numel() < xb.numel():
                 scratch = torch.empty(xb.numel(), dtype=x.dtype, device=x.device)
