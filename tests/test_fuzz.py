@@ -294,3 +294,12 @@ def test_decay_and_alibi_attention_fuzz(pq, pk, v, zero_keys, causal):
                    names, inputs_ok=ok)
     check_contract(lambda: alibi_kernelized_attention(absq, absk, v, alibi_slopes(2).to(v.dtype), causal=causal),
                    names, inputs_ok=ok)
+
+
+@pytest.mark.parametrize("command", [["fit-signal"], ["fit-image", "--size", "8"], ["search", "--steps", "0"],
+                                     ["reproduce", "coords", "--list-jobs"]])
+@pytest.mark.parametrize("threads", ["0", "-2"])
+def test_thread_counts_below_one_are_refused(command, threads):
+    # refused with the flag's name, never raised to 1 behind the user's back
+    res = runner.invoke(app, [*command, "--threads", threads])
+    assert res.exit_code == 2 and res.stderr.strip() == f"error: --threads must be >= 1, got {threads}", res.stderr

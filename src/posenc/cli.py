@@ -85,6 +85,15 @@ class CliError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
+def _set_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)``; 0 or a negative count is a usage error, not raised to 1."""
+    import torch
+
+    if threads < 1:
+        raise CliError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+
+
 def _version(value: bool) -> None:
     if value:
         out_console.print(f"posenc {posenc.__version__}", highlight=False)
@@ -515,7 +524,7 @@ def fit_signal_cmd(
 
         _check_model(model)
         limit = _memory_limit(max_memory)
-        torch.set_num_threads(max(1, threads))
+        _set_threads(threads)
         if signal is None:
             sig, rescaled, source = image_rows(1, 512, seed=0)[0], False, "embedded: china.jpg row (512 samples)"
         else:
@@ -612,7 +621,7 @@ def fit_image_cmd(
 
         enc, suggested, info = _make_encoding(encoding, settings, 2, command="fit-image", limit=limit,
                                               train_samples=(size + 1) // 2, num_positions=size, budget=budget)
-        torch.set_num_threads(max(1, threads))
+        _set_threads(threads)
         if image is None:
             img, source = sample_image("china", size=size, grayscale=grayscale), "embedded: china.jpg"
         else:
@@ -747,7 +756,7 @@ def search_cmd(
             raise CliError(f"--steps must be >= 0, got {steps}")
         if finetune_epochs < 0:
             raise CliError(f"--finetune-epochs must be >= 0, got {finetune_epochs}")
-        torch.set_num_threads(max(1, threads))
+        _set_threads(threads)
         data = digits_splits(seed=0)
         torch.manual_seed(seed)
         model = build_space(space)

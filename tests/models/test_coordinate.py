@@ -100,3 +100,20 @@ def test_bad_data():
         fit_coordinates(enc, x.float(), y.float(), test_x=x.float())
     with pytest.raises(ValueError, match="positions must lie in the domain"):
         fit_coordinates(enc, x.float() + 2, y.float())
+
+
+@pytest.mark.parametrize("ridge", [0.0, 1e-12])  # the LAPACK path and the normal-equations path
+def test_lstsq_refuses_non_finite_features(ridge):
+    x, y = _signal(32)
+    enc = create_encoding("gaussian", num_features=8, sigma=0.05, dtype=torch.float64)
+    real = enc.iter_chunks
+
+    def poisoned(xs, chunk_size):
+        for f in real(xs, chunk_size):
+            f = f.clone()
+            f[0, 0] = float("nan")
+            yield f
+
+    enc.iter_chunks = poisoned
+    with pytest.raises(ValueError, match="non-finite"):
+        fit_coordinates(enc, x, y, model="lstsq", ridge=ridge)

@@ -102,6 +102,16 @@ def _predict(encoding: nn.Module, head: Callable[[torch.Tensor], torch.Tensor], 
     return torch.cat(outs, dim=0)
 
 
+def _check_features(t: torch.Tensor) -> None:
+    """LAPACK returns garbage, not an error, for non-finite input: refuse it with the reason."""
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(
+            f"the encoding's features of the training positions hold {int((~torch.isfinite(t)).sum())} non-finite "
+            "value(s) (NaN or inf; with the lstsq model, squared features too): check the encoding's widths "
+            "and the positions' domain"
+        )
+
+
 def _lstsq_weights(
     encoding: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk_size: int, ridge: float, rcond: float
 ) -> torch.Tensor:
@@ -117,6 +127,7 @@ def _lstsq_weights(
     if n * d <= 2**24 and ridge == 0.0:
         with torch.no_grad():
             psi = torch.cat([f.to(torch.float64) for f in encoding.iter_chunks(x, chunk_size)], 0)
+        _check_features(psi)
         a = torch.cat((psi, torch.ones(n, 1, dtype=torch.float64)), dim=1)
         return torch.linalg.lstsq(a, y64, rcond=rcond, driver="gelsd").solution
     gram = torch.zeros(d, d, dtype=torch.float64)
@@ -128,6 +139,7 @@ def _lstsq_weights(
             gram += a.T @ a
             rhs += a.T @ y64[start : start + feats.shape[0]]
             start += feats.shape[0]
+    _check_features(gram)
     evals, evecs = torch.linalg.eigh(gram)
     cutoff = max(rcond * float(evals[-1]), 0.0)
     shift = ridge * float(evals[-1])
