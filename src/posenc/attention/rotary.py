@@ -142,58 +142,38 @@ def _half_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
 
 def _rotate_into(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
                  out: torch.Tensor) -> torch.Tensor:
-    """Write the rotation of ``x`` into ``out`` (a different tensor) with few passes over memory (no autograd).
+    """Write the rotation of ``x`` into ``out`` with few passes over memory (no autograd).
 
-    Interleaved pairs are one complex multiplication (read ``x`` once, write ``out``
-    once). Half-split pairs are ``out = x * [cos, cos]`` then one multiply-add per half,
-    done block by block so that the second and third passes hit the cache.
+    ``out`` may be ``x`` itself (in place). Interleaved pairs are one complex
+    multiplication (read ``x`` once, write ``out`` once). Half-split pairs are
+    ``out = x * [cos, cos]`` then one multiply-add per half, done block by block so
+    that the later passes hit the cache; in place, each block is first copied to a
+    small scratch buffer.
     """
     K = cos.shape[-1]
     r = 2 * K
+    inplace = out is x
     if layout == "interleaved" and x.dtype in (torch.float32, torch.float64) and _complex_ok(x) and _complex_ok(out):
         xc = torch.view_as_complex(x[..., :r].unflatten(-1, (K, 2)))
-        oc = torch.view_as_complex(out[..., :r].unflatten(-1, (K, 2)))
+        oc = xc if inplace else torch.view_as_complex(out[..., :r].unflatten(-1, (K, 2)))
         torch.mul(xc, torch.complex(cos, sin), out=oc)
     elif layout == "interleaved":
         out[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
     else:
         c2, nsin, psin = _half_tables(x, cos, sin)
-        for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size(), _block_bytes(x)):
-            xb, ob = x[idx], out[idx]
-            torch.mul(xb[..., :r], c2[idx], out=ob[..., :r])
-            ob[..., :K].addcmul_(xb[..., K:r], nsin[idx])
-            ob[..., K:r].addcmul_(xb[..., :K], psin[idx])
-    if r < x.shape[-1]:
-        out[..., r:].copy_(x[..., r:])
-    return out
-
-
-def _rotate_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Rotate ``x`` in place (no autograd): one read and one write of the rotated channels.
-
-    Interleaved pairs: an in-place complex multiplication. Half-split pairs: block by
-    block, a copy of the block into a small scratch buffer, then the same three passes
-    as :func:`_rotate_into`, all in cache.
-    """
-    K = cos.shape[-1]
-    r = 2 * K
-    if layout == "interleaved" and x.dtype in (torch.float32, torch.float64) and _complex_ok(x):
-        torch.view_as_complex(x[..., :r].unflatten(-1, (K, 2))).mul_(torch.complex(cos, sin))
-    elif layout == "interleaved":
-        x[..., :r].copy_(_rotate_functional(x[..., :r], cos, sin, layout))
-    else:
-        c2, nsin, psin = _half_tables(x, cos, sin)
         scratch = None
         for idx in _blocks(x.shape[:-1], x.shape[-1] * x.element_size(), _block_bytes(x)):
-            xb = x[idx][..., :r]
-            if scratch is None or scratch.numel() < xb.numel():
-                scratch = torch.empty(xb.numel(), dtype=x.dtype, device=x.device)
-            tmp = scratch[: xb.numel()].view(xb.shape)
-            tmp.copy_(xb)
-            xb.mul_(c2[idx])
-            xb[..., :K].addcmul_(tmp[..., K:], nsin[idx])
-            xb[..., K:].addcmul_(tmp[..., :K], psin[idx])
-    return x
+            xb, ob = x[idx][..., :r], out[idx][..., :r]
+            if inplace:
+                if scratch is None or scratch.numel() < xb.numel():
+                    scratch = torch.empty(xb.numel(), dtype=x.dtype, device=x.device)
+                xb = scratch[: xb.numel()].view(xb.shape).copy_(xb)
+            torch.mul(xb, c2[idx], out=ob)
+            ob[..., :K].addcmul_(xb[..., K:], nsin[idx])
+            ob[..., K:].addcmul_(xb[..., :K], psin[idx])
+    if r < x.shape[-1] and not inplace:
+        out[..., r:].copy_(x[..., r:])
+    return out
 
 
 class _Rotate(torch.autograd.Function):
@@ -205,7 +185,7 @@ class _Rotate(torch.autograd.Function):
         ctx.layout = layout
         if inplace:
             ctx.mark_dirty(x)
-            return _rotate_inplace(x, cos, sin, layout)
+            return _rotate_into(x, cos, sin, layout, x)
         return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
 
     @staticmethod
@@ -230,9 +210,17 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, 
         return x.copy_(_rotate_functional(x.clone() if keep else x, cos, sin, layout))
     if torch.is_grad_enabled() and x.requires_grad:
         return _Rotate.apply(x, cos, sin, layout, inplace)
-    if inplace:
-        return _rotate_inplace(x, cos, sin, layout)
-    return _rotate_into(x, cos, sin, layout, torch.empty_like(x))
+    return _rotate_into(x, cos, sin, layout, x if inplace else torch.empty_like(x))
+
+
+def _rotate_cast(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, inplace: bool) -> torch.Tensor:
+    """:func:`_rotate` in the compute dtype of ``x`` (cos/sin already in it), cast back; in place writes ``x``."""
+    dt = cos.dtype
+    if not inplace:
+        return _rotate(x.to(dt), cos, sin, layout).to(x.dtype)
+    if x.dtype == dt:
+        return _rotate(x, cos, sin, layout, inplace=True)
+    return x.copy_(_rotate(x.to(dt), cos, sin, layout))
 
 
 def _check_inplace(name: str, x: torch.Tensor, angles_need_grad: bool = False) -> None:
@@ -277,10 +265,7 @@ def rotate(
     cos, sin = cos.to(dt), sin.to(dt)
     if inplace:
         _check_inplace("x", x, cos.requires_grad or sin.requires_grad)
-        if x.dtype == dt:
-            return _rotate(x, cos, sin, layout, inplace=True)
-        return x.copy_(_rotate(x.to(dt), cos, sin, layout))
-    return _rotate(x.to(dt), cos, sin, layout).to(x.dtype)
+    return _rotate_cast(x, cos, sin, layout, inplace)
 
 
 def _default_positions(positions: torch.Tensor | None, n: int, device) -> torch.Tensor:
@@ -576,16 +561,8 @@ class RotaryEmbedding(nn.Module):
         if inplace:
             _check_inplace("q", q)
             _check_inplace("k", k)
-        return (self._rotate_one(q, cos[: q.shape[-2]], sin[: q.shape[-2]], dt, inplace),
-                self._rotate_one(k, cos[: k.shape[-2]], sin[: k.shape[-2]], dt, inplace))
-
-    def _rotate_one(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dt: torch.dtype,
-               inplace: bool) -> torch.Tensor:
-        if not inplace:
-            return _rotate(x.to(dt), cos, sin, self.layout).to(x.dtype)
-        if x.dtype == dt:
-            return _rotate(x, cos, sin, self.layout, inplace=True)
-        return x.copy_(_rotate(x.to(dt), cos, sin, self.layout))
+        return (_rotate_cast(q, cos[: q.shape[-2]], sin[: q.shape[-2]], self.layout, inplace),
+                _rotate_cast(k, cos[: k.shape[-2]], sin[: k.shape[-2]], self.layout, inplace))
 
     def extra_repr(self) -> str:
         s = f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, layout={self.layout!r}"
