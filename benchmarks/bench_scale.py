@@ -112,7 +112,8 @@ def bench_engines(jobs: int, ray: bool) -> dict:
 
 def bench_store(jobs: int) -> dict:
     from posenc.report import runner
-    from posenc.report.section import Job, Section
+    from posenc.experiments.job import Job
+    from posenc.report.section import Section
     from posenc.report.store import JobStore
 
     # a result of the size a coords job stores (a few hundred numbers)

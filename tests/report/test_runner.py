@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import pytest
 
 from posenc.report import runner
-from posenc.report.section import Job, Section
+from posenc.experiments.job import Job
+from posenc.report.section import Section
 from posenc.report.store import JobStore, atomic_write_json, read_json, to_json
 
 CALLS: list[str] = []

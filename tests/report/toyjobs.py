@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from posenc.report.section import Job, Section
+from posenc.experiments.job import Job
+from posenc.report.section import Section
 
 
 @dataclass(frozen=True)

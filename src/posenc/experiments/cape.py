@@ -59,7 +59,7 @@ from torch import nn
 from posenc.encodings import CAPEEncoding, LearnedTableEncoding
 from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED, mean_std, paired_difference
 from posenc.models import TinyViT, TrainConfig, train
-from posenc.report.section import Job
+from posenc.experiments.job import Job
 
 TASKS = ("relation", "shapes", "digits")
 VARIANTS = ("none", "table", "sine", "cape", "cape_noscale", "cape_mixed", "cape_half")

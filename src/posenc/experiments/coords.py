@@ -39,7 +39,7 @@ from posenc.encodings import create_encoding
 from posenc.models.coordinate import fit_coordinates, psnr
 from posenc.positions import grid, grid_1d, subsample_mask
 from posenc.experiments.stats import mean_std
-from posenc.report.section import Job
+from posenc.experiments.job import Job
 
 ENCODINGS_1D = ("gaussian", "triangle", "rff", "linf", "logf", "impulse", "random", "square")
 

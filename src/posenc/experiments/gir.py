@@ -33,7 +33,7 @@ from posenc.graph.gir import GIR, build_path_plan
 from posenc.graph.models import GNN_KINDS, FusedGIR, StandardGNN
 from posenc.graph.pgnn import PGNN, pgnn_anchor_inputs
 from posenc.experiments.stats import mean_std
-from posenc.report.section import Job
+from posenc.experiments.job import Job
 
 TASKS = ("grid-link", "communities-link", "communities-pair")
 GIR_MODELS = {"gir": "path", "gir-indication": "indication", "gir-distance": "distance"}

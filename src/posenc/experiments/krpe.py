@@ -40,7 +40,7 @@ from posenc.attention import (
 from posenc.attention.toeplitz import next_fast_len
 from posenc.encodings import create_encoding
 from posenc.models import TransformerEncoder
-from posenc.report.section import Job
+from posenc.experiments.job import Job
 
 # ---------------------------------------------------------------- approximation
 

@@ -54,7 +54,7 @@ from posenc.encodings import (
 )
 from posenc.experiments.stats import mean_std, paired_difference
 from posenc.models import TinyViT, TrainConfig, TransformerEncoder, train
-from posenc.report.section import Job
+from posenc.experiments.job import Job
 
 ENCODINGS = ("none", "table2d", "sine2d", "mlp", "rff_mlp", "lff_nomlp", "lff_mlp")
 #: What LFF + MLP is compared with (``none`` is a reference row, not a baseline).

@@ -52,7 +52,7 @@ from posenc.attention import KernelizedMultiheadAttention, RopeScaling, relative
 from posenc.encodings import LearnedTableEncoding, SinusoidalEncoding, create_encoding
 from posenc.models import TrainConfig, TransformerEncoder, train
 from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED, mean_std, paired_difference
-from posenc.report.section import Job
+from posenc.experiments.job import Job
 
 TASKS = ("shift", "recent", "first")
 ABSOLUTE = ("none", "sinusoidal", "table", "cape", "cape_noshift", "cape_scale")

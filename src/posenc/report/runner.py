@@ -24,7 +24,8 @@ from typing import Any
 
 from posenc.report.executors import InlineExecutor, LocalExecutor, RayExecutor, Task, make_executor
 from posenc.report.registry import SECTIONS, get_section
-from posenc.report.section import PROFILES, Job
+from posenc.experiments.job import Job
+from posenc.report.section import PROFILES
 from posenc.report.store import (
     Claim,
     ClaimKeeper,

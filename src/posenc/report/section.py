@@ -16,37 +16,15 @@ balanced by the jobs' costs, ``--job KEY`` runs one job, ``--workers N`` /
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from posenc.experiments.job import Job
+
 PROFILES = ("quick", "full")
 
-
-@dataclass(frozen=True)
-class Job:
-    """One independent unit of work.
-
-    Args:
-        key: unique within the section; letters, digits, ``-``, ``_``, ``.`` and ``=``.
-        run: a pure function ``config -> JSON-serialisable dict``.
-        config: a frozen dataclass (stored beside the result, hashed to detect changes).
-        cost: a rough relative cost: weights the progress bar and balances shards.
-        alone: a timing job: never run beside other jobs of the same run (the runner
-            waits until nothing else is in flight, runs it, then goes on).
-    """
-
-    key: str
-    run: Callable[[Any], dict]
-    config: Any
-    cost: float = 1.0
-    alone: bool = False
-
-    def config_dict(self) -> dict:
-        if dataclasses.is_dataclass(self.config):
-            return dataclasses.asdict(self.config)
-        return dict(self.config)
+__all__ = ["PROFILES", "FigureSaver", "Job", "Section"]
 
 
 class FigureSaver(Protocol):

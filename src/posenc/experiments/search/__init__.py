@@ -95,7 +95,7 @@ def plan(profile: str, seeds: int | None = None) -> list:
     seeds, 15 epochs; 20 supernet seeds of 20 epochs (selections at 2, 5, 10, 20); the PE space
     over 5 encodings x {plain, axial RoPE} per block (20 architectures) x 3 seeds, searched on 10.
     """
-    from posenc.report.section import Job
+    from posenc.experiments.job import Job
 
     if profile == "quick":
         gt, sup, pe_gt, pe = QUICK_GT, QUICK_SUPER, QUICK_PE_GT, QUICK_PE

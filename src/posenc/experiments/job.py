@@ -1,0 +1,41 @@
+"""A job: one independent, pure unit of an experiment's plan.
+
+Experiment modules build lists of :class:`Job` (``plan(profile, seeds)``); the report layer
+runs them, stores their results and renders the summary. ``Job`` lives here, at the lower of
+the two layers, so that the library -> experiments -> report -> CLI import order holds
+without exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Job"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One independent unit of work.
+
+    Args:
+        key: unique within the section; letters, digits, ``-``, ``_``, ``.`` and ``=``.
+        run: a pure function ``config -> JSON-serialisable dict``.
+        config: a frozen dataclass (stored beside the result, hashed to detect changes).
+        cost: a rough relative cost: weights the progress bar and balances shards.
+        alone: a timing job: never run beside other jobs of the same run (the runner
+            waits until nothing else is in flight, runs it, then goes on).
+    """
+
+    key: str
+    run: Callable[[Any], dict]
+    config: Any
+    cost: float = 1.0
+    alone: bool = False
+
+    def config_dict(self) -> dict:
+        if dataclasses.is_dataclass(self.config):
+            return dataclasses.asdict(self.config)
+        return dict(self.config)
