@@ -1,7 +1,8 @@
 """Every Python block of README.md and docs/*.md runs as written.
 
-Blocks of one file run in order in one shared namespace (like a notebook), in a
-temporary working directory. A block preceded by the line
+Each block runs alone, in a fresh interpreter and an empty temporary working directory,
+exactly as a reader who pastes that one block would run it: a block that needs a name from an
+earlier block fails. A block preceded by the line
 ``<!-- doctest: skip (reason) -->`` is not run (it needs a cluster, is too slow,
 or is a fragment); the reason is required. A failure names the file and the
 line of the block.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,24 +65,35 @@ def test_block_parser():
         python_blocks("```python\na = 1\n")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
-def test_doc_blocks_run(path: Path, tmp_path, monkeypatch):
-    import matplotlib
+def _blocks(path: Path) -> list[tuple[int, str]]:
+    return [(line, code) for line, code, skip in python_blocks(path.read_text(encoding="utf-8")) if skip is None]
 
-    matplotlib.use("Agg")
-    blocks = python_blocks(path.read_text(encoding="utf-8"))
-    if not blocks:
-        pytest.skip(f"{path.name} has no Python blocks")
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": f"doc_{path.stem}"}
-    for line, code, skip in blocks:
-        if skip is not None:
-            continue
-        try:
-            exec(compile(code, f"{path.name}:{line}", "exec"), namespace)
-        except Exception as err:  # noqa: BLE001 - report which block failed, with its error
-            raise AssertionError(
-                f"{path.relative_to(ROOT)}: the Python block at line {line} failed: {type(err).__name__}: {err}"
-            ) from err
-    assert os.getcwd() == str(tmp_path)
+
+BLOCKS = [(path, line, code) for path in DOCS for line, code in _blocks(path)]
+
+
+def test_every_doc_with_code_is_collected():
+    names = {path.name for path, _, _ in BLOCKS}
+    assert "README.md" in names and len(BLOCKS) >= 10
+
+
+def run_alone(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run one block as a pasted script: fresh interpreter, no shared namespace, Agg backend."""
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0"}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_run_alone_sees_no_earlier_block(tmp_path):
+    assert run_alone("x = 1", tmp_path).returncode == 0
+    proc = run_alone("print(x)", tmp_path)
+    assert proc.returncode != 0 and "NameError" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("path", "line", "code"), BLOCKS,
+                         ids=[f"{path.name}:{line}" for path, line, _ in BLOCKS])
+def test_doc_block_runs_alone(path: Path, line: int, code: str, tmp_path):
+    proc = run_alone(code, tmp_path)
+    tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
+    assert proc.returncode == 0, f"{path.relative_to(ROOT)}: the Python block at line {line} fails when run alone:\n{tail}"
