@@ -257,7 +257,7 @@ def test_non_contiguous_inputs():
 
 # ------------------------------------------------------------------ in-place and blocked kernels
 def test_blocks_cover_every_row_once():
-    from posenc.attention.rotary import _blocks
+    from posenc.attention.rotary_kernels import _blocks
 
     for shape, row, target in [((3, 5, 7), 8, 8), ((3, 5, 7), 8, 24), ((3, 5, 7), 8, 8 * 35),
                                ((3, 5, 7), 8, 10**9), ((2, 9), 4, 12), ((4,), 4, 1), ((1, 1, 13), 4, 20)]:
@@ -272,7 +272,7 @@ def test_blocks_cover_every_row_once():
 @pytest.mark.parametrize("r", [None, 6])
 def test_blocked_kernels_match_the_loop_reference(monkeypatch, layout, r):
     # blocks far smaller than the tensor: runs cut inside the token dim
-    import posenc.attention.rotary as rot
+    import posenc.attention.rotary_kernels as rot
 
     monkeypatch.setattr(rot, "BLOCK_BYTES", 3 * 10 * 8)
     g = torch.Generator().manual_seed(1)
