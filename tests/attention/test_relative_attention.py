@@ -290,3 +290,29 @@ def test_xpos_attention_refuses_what_cannot_be_represented():
     bi = RelativeSelfAttention(16, 2, position="xpos")
     with pytest.raises(ValueError, match="causal"):
         bi(x, positions=torch.tensor([0.0, 20_000.0, 40_000.0, 60_000.0])[:, None])
+
+
+@pytest.mark.parametrize("position", ["t5", "learned"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_training_path_with_reversed_keys_equals_the_materialised_bias(position, causal):
+    # training a learned bias attends over reversed keys with a copy-free bias view: same values, same gradients
+    torch.manual_seed(0)
+    mod = RelativeSelfAttention(16, 2, position=position, causal=causal, max_distance=8, num_buckets=4).double()
+    with torch.no_grad():
+        mod.rel_bias.table.normal_()
+    x = torch.randn(2, 7, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 7, 16, dtype=torch.float64)
+    grads = []
+    for kpm in (None, torch.zeros(2, 7, dtype=torch.bool)):  # an all-False padding mask takes the materialised path
+        mod.zero_grad()
+        x.grad = None
+        out = mod(x, key_padding_mask=kpm)
+        (out * w).sum().backward()
+        grads.append((out.detach(), x.grad.clone(), mod.rel_bias.table.grad.clone(), mod.in_proj_weight.grad.clone()))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(grads[0][0], dense_reference(mod, x.detach(), None, None, causal))
+    view = mod.rel_bias.toeplitz(7, causal=causal, keys_reversed=True)
+    torch.testing.assert_close(view, mod.rel_bias.toeplitz(7, causal=causal).flip(-1))
+    rect = mod.rel_bias.toeplitz(3, 9, keys_reversed=True)
+    torch.testing.assert_close(rect, mod.rel_bias.toeplitz(3, 9).flip(-1))

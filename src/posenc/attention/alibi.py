@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from posenc._checks import check_positive_int, check_tensor
+from posenc._checks import check_has_data, check_positive_int, check_tensor
 from posenc.attention.decay import DecayDecoder, decay_kernelized_attention
 
 
@@ -57,6 +57,7 @@ def alibi_slopes(num_heads: int, *, device=None, dtype: torch.dtype = torch.floa
 
 def _check_slopes(slopes: torch.Tensor) -> torch.Tensor:
     check_tensor("slopes", slopes)
+    check_has_data("slopes", slopes)
     if slopes.dim() != 1 or slopes.numel() == 0:
         raise ValueError(f"slopes must have shape (num_heads,), got {tuple(slopes.shape)}")
     if not slopes.is_floating_point():

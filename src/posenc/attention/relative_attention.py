@@ -404,8 +404,14 @@ class RelativeSelfAttention(nn.Module):
             q, k = self.rotary(q, k, p, p)
         elif self.position in ("rope_axial", "rope_mixed"):
             q, k = self.rotary(q, k, pos if pos.shape[0] > 1 else pos[0])
-        bias = self._bias(pos, n, q.device, q.dtype, causal)
         drop = self.dropout if self.training else 0.0
+        if (self.rel_bias is not None and pos is None and key_padding_mask is None and attn_mask is None
+                and not need_weights and torch.is_grad_enabled() and self.rel_bias.table.requires_grad):
+            # training a learned bias: attend over the keys in reverse order, where the bias is a view of
+            # one value per offset (no H x n x n copy forward or backward; the same attention)
+            mask = self.rel_bias.toeplitz(n, causal=causal, keys_reversed=True).to(q.dtype)[None]
+            return F.scaled_dot_product_attention(q, k.flip(-2), v.flip(-2), attn_mask=mask, dropout_p=drop)
+        bias = self._bias(pos, n, q.device, q.dtype, causal)
         mask = self._mask(bias, B, n, key_padding_mask, attn_mask, causal, q.device, q.dtype)
         if need_weights or (self.position == "xpos" and mask is not None):
             # explicit softmax; masked logits are *set* to -inf (not added to: xPos's far-future logits may be inf)

@@ -25,7 +25,7 @@ import math
 import torch
 from torch import nn
 
-from posenc._checks import _compiling, check_choice, check_finite, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_choice, check_finite, check_has_data, check_positive_int, check_tensor
 
 KINDS = ("t5", "clipped")
 #: Positions a bucketed bias accepts lie strictly within +-MAX_POSITION: offsets between them stay exact in int64.
@@ -101,6 +101,7 @@ def offsets_from_positions(q_positions: torch.Tensor, k_positions: torch.Tensor 
     out = []
     for name, p in (("q_positions", q_positions), ("k_positions", k_positions)):
         check_tensor(name, p)
+        check_has_data(name, p)
         if p.dim() == 0:
             raise ValueError(f"{name} must have shape (..., n), got a 0-d tensor")
         if p.dtype == torch.bool or p.is_complex():
@@ -203,17 +204,23 @@ class RelativePositionBias(nn.Module):
             cache[key] = b
         return b
 
-    def toeplitz(self, n_q: int, n_k: int | None = None, *, causal: bool = False) -> torch.Tensor:
+    def toeplitz(self, n_q: int, n_k: int | None = None, *, causal: bool = False,
+                 keys_reversed: bool = False) -> torch.Tensor:
         """The ``(H, n_q, n_k)`` bias for token indices (query ``i`` at ``i``), ``-inf`` above the diagonal if ``causal``.
 
         One gather of ``n_q + n_k - 1`` values per head and one ``n_q x n_k`` copy
-        (:func:`toeplitz_from_offsets`); differentiable in :attr:`table`.
+        (:func:`toeplitz_from_offsets`); differentiable in :attr:`table`. With
+        ``keys_reversed`` the key axis is reversed (``out[:, i, j] = bias[:, i, n_k - 1 - j]``)
+        and the result is a view with no copy at all (``unfold`` of the offsets): attention
+        over keys in reverse order, with this mask, is the same attention.
         """
         n_k = n_q if n_k is None else n_k
         vals = self.table[:, self.offset_buckets(n_q, n_k)]
         if causal:
             future = torch.arange(-(n_q - 1), n_k, device=vals.device) > 0
             vals = vals.masked_fill(future, float("-inf"))
+        if keys_reversed:
+            return vals.flip(-1).unfold(-1, n_k, 1)  # row i, column j' reads offset (n_k - 1 - j') - i
         return toeplitz_from_offsets(vals, n_q, n_k)
 
     def extra_repr(self) -> str:
