@@ -185,7 +185,8 @@ def mha_vs_sdpa(lengths: list[int], kinds: list[str], *, batch: int = 1, embed_d
                 rows.append({"kind": kind, "n": n, "mode": "forward + backward" if train else "forward (no_grad)",
                              "ours_s": o, "floor_s": f, "ratio": o / f})
     return {"batch": batch, "embed_dim": embed_dim, "heads": heads, "threads": 1, "repeat": repeat, "rows": rows,
-            "labels": MHA_KINDS, "target_ratio": MHA_TARGET}
+            "labels": MHA_KINDS, "target_ratio": MHA_TARGET, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def run(quick: bool = False) -> dict:
@@ -201,7 +202,6 @@ def run(quick: bool = False) -> dict:
         "bias": bias,
         "long": decay,
         "mha": mha,
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "crossovers": {
             "decay_alibi_vs_sdpa_alibi": crossover(rows, "decay_alibi", "sdpa_alibi"),
             "decay_alibi_vs_sdpa_no_bias": crossover(rows, "decay_alibi", "sdpa"),

@@ -211,11 +211,12 @@ def relative(r: dict) -> str:
         cell = {(row["mode"], row["kind"], row["n"]): row for row in mha["rows"]}
         modes = list(dict.fromkeys(row["mode"] for row in mha["rows"]))
         kinds = list(dict.fromkeys(row["kind"] for row in mha["rows"]))
-        load = r.get("load_average")
+        load = mha.get("load_average") or r.get("load_average")
         out += ["", f"`RelativeMHA` (causal) ÷ the same projections around SDPA with the bias precomputed, batch "
                     f"{mha['batch']}, E = {mha['embed_dim']}, {mha['heads']} heads, {mha['threads']} thread, min of "
                     f"{mha['repeat']} round-robin runs; goal ≤ {mha['target_ratio']:g}×"
-                    + (f"; load average {load[0]:.1f}" if load else "") + ":", ""]
+                    + (f"; measured {mha['date']}" if mha.get("date") else "")
+                    + (f", load average {load[0]:.1f}" if load else "") + ":", ""]
         rows = [[mode, mha["labels"][k], *[f"{cell[(mode, k, n)]['ratio']:.2f}× ({cell[(mode, k, n)]['ours_s'] * 1e3:.0f} "
                                            f"vs {cell[(mode, k, n)]['floor_s'] * 1e3:.0f} ms)" for n in lengths]]
                 for mode in modes for k in kinds]

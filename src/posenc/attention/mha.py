@@ -236,6 +236,18 @@ class RelativeMHA(RelativeSelfAttention, _MHAShape):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Self-attention of ``query`` ``(B, L, E)`` (``(L, B, E)`` unless ``batch_first``), or nested ``(B, *, E)``.
+
+        Args:
+            query: the sequence; ``key`` and ``value`` must be ``query`` itself (or equal to it), or None.
+            key_padding_mask: ``(B, L)`` bool **True = padded**, or float (``-inf`` = padded, 0 = keep).
+            need_weights: also return the attention weights (averaged over heads if
+                ``average_attn_weights``).
+            attn_mask: ``(L, L)`` or ``(B * H, L, L)``: bool **True = blocked** (as
+                ``nn.MultiheadAttention``; the opposite of ``scaled_dot_product_attention``), or a
+                float added to the logits. A row it blocks entirely is a ``ValueError``.
+            is_causal: without ``attn_mask``, mask future keys (with it, a hint that it is causal).
+        """
         if _any_nested(query, key, value):
             return _nested_forward(self, query, key, value, key_padding_mask, need_weights, attn_mask,
                                    average_attn_weights, is_causal)
