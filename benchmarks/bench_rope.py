@@ -11,6 +11,10 @@ timed in the same round-robin as the implementations so the ratios are side by s
   huge pages that cost drops, so the CPU cases are run twice: as they come, and in a
   fresh process with ``THP_MEM_ALLOC_ENABLE=1`` (PyTorch then asks for huge pages).
 
+Also counted: the graphs ``torch.compile`` builds for a RoPE attention module fed
+eight sequence lengths (:func:`compile_graphs`; the pre-sized cos/sin table keeps it
+at one static and one dynamic graph).
+
 Implementations: posenc's module (both layouts, out of place and in place), the
 functional form, ``torch.compile`` of the module (inductor; skipped with the reason
 if it cannot compile here), and rotary-embedding-torch when it is installed. When a
@@ -105,10 +109,39 @@ def bench_rope(batch: int, heads: int, n: int, d: int, repeat: int, device: str 
     return out
 
 
+COMPILE_LENGTHS = (8, 9, 10, 11, 12, 13, 40, 100)
+
+
+def compile_graphs(lengths: tuple[int, ...] = COMPILE_LENGTHS) -> dict:
+    """Graphs ``torch.compile`` builds for a RoPE attention module fed these sequence lengths (#25).
+
+    Dynamo frames counted with its ``CompileCounter`` backend (the count does not depend
+    on the backend): with the pre-sized cos/sin table a model compiles once static and
+    once dynamic, however many lengths follow.
+    """
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    from posenc.attention import RelativeSelfAttention
+
+    out = {"lengths": list(lengths), "graphs": {}}
+    for label, dynamic in (("default (automatic dynamic shapes)", None), ("dynamic=True", True)):
+        torch._dynamo.reset()
+        mod = RelativeSelfAttention(16, 2, position="rope")
+        counter = torch._dynamo.testing.CompileCounter()
+        fn = torch.compile(mod, backend=counter, dynamic=dynamic)
+        for n in lengths:
+            fn(torch.randn(2, n, 16))
+        out["graphs"][label] = counter.frame_count
+    torch._dynamo.reset()
+    return out
+
+
 def run(quick: bool = False) -> dict:
     shape = dict(SHAPE, batch=2, n=512) if quick else SHAPE
     repeat = 3 if quick else 9
-    result = {"cpu": bench_rope(**shape, repeat=repeat, compiled=not quick)}
+    result = {"cpu": bench_rope(**shape, repeat=repeat, compiled=not quick), "compile_graphs": compile_graphs(),
+              "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     if not quick and os.name == "posix":
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # read by the child at start-up
         try:

@@ -169,6 +169,11 @@ def rope(r: dict) -> str:
         rows += [[name, "not run", why, ""] for name, why in part.get("skipped", {}).items()]
         out.append(markdown_table(["implementation", "ms", "÷ copy floor", "÷ allocation floor"], rows))
         out.append("")
+    graphs = r.get("compile_graphs")
+    if graphs:
+        counts = "; ".join(f"{label}: {k}" for label, k in graphs["graphs"].items())
+        out.append(f"`torch.compile` of a RoPE attention module fed {len(graphs['lengths'])} sequence lengths "
+                   f"({', '.join(map(str, graphs['lengths']))}): graphs built — {counts}.")
     return "\n".join(out).rstrip()
 
 
@@ -200,6 +205,22 @@ def relative(r: dict) -> str:
         parts = [f"{k.replace('_', ' ')}: " + ("n ≈ " + f"{v:,.0f}" if v else "not within the measured lengths")
                  for k, v in cross.items()]
         out += ["", "Length from which kernelized ALiBi (decay path) is faster: " + "; ".join(parts) + "."]
+    mha = r.get("mha")
+    if mha:
+        lengths = sorted({row["n"] for row in mha["rows"]})
+        cell = {(row["mode"], row["kind"], row["n"]): row for row in mha["rows"]}
+        modes = list(dict.fromkeys(row["mode"] for row in mha["rows"]))
+        kinds = list(dict.fromkeys(row["kind"] for row in mha["rows"]))
+        load = mha.get("load_average") or r.get("load_average")
+        out += ["", f"`RelativeMHA` (causal) ÷ the same projections around SDPA with the bias precomputed, batch "
+                    f"{mha['batch']}, E = {mha['embed_dim']}, {mha['heads']} heads, {mha['threads']} thread, min of "
+                    f"{mha['repeat']} round-robin runs; goal ≤ {mha['target_ratio']:g}×"
+                    + (f"; measured {mha['date']}" if mha.get("date") else "")
+                    + (f", load average {load[0]:.1f}" if load else "") + ":", ""]
+        rows = [[mode, mha["labels"][k], *[f"{cell[(mode, k, n)]['ratio']:.2f}× ({cell[(mode, k, n)]['ours_s'] * 1e3:.0f} "
+                                           f"vs {cell[(mode, k, n)]['floor_s'] * 1e3:.0f} ms)" for n in lengths]]
+                for mode in modes for k in kinds]
+        out.append(markdown_table(["mode", "bias", *[f"n = {n:,}" for n in lengths]], rows))
     return "\n".join(out)
 
 

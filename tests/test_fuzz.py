@@ -303,3 +303,176 @@ def test_thread_counts_below_one_are_refused(command, threads):
     # refused with the flag's name, never raised to 1 behind the user's back
     res = runner.invoke(app, [*command, "--threads", threads])
     assert res.exit_code == 2 and res.stderr.strip() == f"error: --threads must be >= 1, got {threads}", res.stderr
+
+
+# =========================================================================== rotary / ALiBi / T5 (#23 §4)
+# Appended by the rotary work: RoPE, xPos, the KV-cache offset, ALiBi biases and T5 buckets
+# under generated inputs. Valid input gives a finite, correct result; anything else a clean
+# error naming the argument. (q/k values that are themselves NaN are the caller's: RoPE does
+# not scan activations; a finite q/k never gives a non-finite result.)
+ROPE_NAMES = ("x", "q", "k", "positions", "freqs", "angles", "offset", "rotary_dim", "head dim", "xPos", "layout")
+
+
+def _rope_contract(call, names, valid: bool, finite_in: bool, shape=None):
+    try:
+        out = call()
+    except (ValueError, TypeError) as err:
+        assert any(n in str(err) for n in names), f"error does not name any of {names}: {err}"
+        return None
+    assert valid, "bad input accepted"
+    outs = out if isinstance(out, tuple) else (out,)
+    for o in outs:
+        if finite_in:
+            assert bool(torch.isfinite(o).all()), "finite input gave a non-finite result"
+    if shape is not None:
+        assert outs[0].shape == shape
+    return out
+
+
+def _positions_ok(p, lead) -> bool:
+    if p is None:
+        return True
+    if p.device.type == "meta" or p.dtype == torch.bool or p.is_complex() or not bool(torch.isfinite(p.double()).all()):
+        return False
+    try:
+        return torch.broadcast_shapes(p.shape, lead) == lead
+    except RuntimeError:
+        return False
+
+
+@FUZZ
+@given(x=tensors(max_dims=4, dtypes=[torch.float32, torch.float64, torch.float16, torch.int64]),
+       pos=st.one_of(st.none(), tensors(max_dims=2, dtypes=[torch.float64, torch.int64, torch.bool])),
+       scale=st.sampled_from([1.0, 1e3, 1e300]), layout=st.sampled_from(["half", "interleaved", "neox"]),
+       inplace=st.booleans())
+def test_rope_fuzz(x, pos, scale, layout, inplace):
+    from posenc.attention.rotary import apply_rope
+
+    if pos is not None and pos.is_floating_point() and pos.device.type != "meta":
+        pos = pos * scale
+    valid = (x.device.type != "meta" and x.is_floating_point() and x.dim() >= 2 and x.shape[-1] >= 2
+             and x.shape[-1] % 2 == 0 and layout != "neox" and _positions_ok(pos, x.shape[:-1]))
+    finite_in = valid and bool(torch.isfinite(x).all())
+    if valid and pos is not None:  # huge positions: the angles must be finite, else refused
+        valid = bool(torch.isfinite(pos.double()[..., None] * 1.0).all())
+    _rope_contract(lambda: apply_rope(x.clone() if x.device.type != "meta" else x, pos, layout=layout,
+                                      inplace=inplace), ROPE_NAMES, valid, finite_in, x.shape if valid else None)
+
+
+@FUZZ
+@given(n_q=st.integers(1, 6), n_k=st.integers(1, 6), offset=st.one_of(st.integers(-3, 10**6), st.floats(-1, 5), st.booleans()),
+       layout=st.sampled_from(["half", "interleaved"]), xpos=st.booleans())
+def test_rope_offset_fuzz(n_q, n_k, offset, layout, xpos):
+    from posenc.attention.rotary import RotaryEmbedding, apply_rope_qk
+
+    g = torch.Generator().manual_seed(n_q * 7 + n_k)
+    q, k = torch.randn(2, n_q, 8, generator=g, dtype=torch.float64), torch.randn(2, n_k, 8, generator=g, dtype=torch.float64)
+    rope = RotaryEmbedding(8, layout=layout, xpos_scale_base=512.0 if xpos else None, xpos_center=0.0 if xpos else None,
+                           max_seq_len=4)
+    valid = isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0 and n_q <= n_k
+    if valid and xpos:  # float64 holds the scales up to ~290,000 positions from the centre
+        valid = offset + n_k < 290_000
+    out = _rope_contract(lambda: rope(q, k, offset=offset), ROPE_NAMES, valid, True)
+    if out is not None:  # the keys at offset.., the queries at the end of the keys
+        pk = torch.arange(offset, offset + n_k)
+        ref = apply_rope_qk(q, k, pk[n_k - n_q:], pk, layout=layout, xpos_scale_base=512.0 if xpos else None,
+                            xpos_center=0.0 if xpos else None)
+        torch.testing.assert_close(out[0], ref[0])
+        torch.testing.assert_close(out[1], ref[1])
+
+
+@FUZZ
+@given(span=st.sampled_from([10, 5_000, 40_000, 70_000, 200_000, 10**7]), dtype=st.sampled_from(
+    [torch.float16, torch.bfloat16, torch.float32, torch.float64]), center=st.one_of(st.none(), st.just(0.0)))
+def test_xpos_range_fuzz(span, dtype, center):
+    from posenc.attention.rotary import apply_rope_qk
+
+    g = torch.Generator().manual_seed(span % 1000)
+    q, k = torch.randn(5, 16, generator=g).to(dtype), torch.randn(5, 16, generator=g).to(dtype)
+    pos = torch.linspace(0, span, 5).round()
+    out = _rope_contract(lambda: apply_rope_qk(q, k, pos, pos, xpos_scale_base=512.0, xpos_center=center),
+                         ROPE_NAMES, True, True)
+    if out is None:  # refused only where the scales leave the dtype's normal range
+        reach = span / 2 if center is None else span
+        assert 1.2528 * reach / 512 > -math.log(torch.finfo(dtype).tiny) * 0.99
+    else:
+        assert all(bool(torch.isfinite(t).all()) for t in out)
+
+
+@FUZZ
+@given(slopes=tensors(shape=(3,), dtypes=[torch.float32, torch.float64, torch.int64]),
+       n_q=st.integers(1, 5), n_k=st.one_of(st.none(), st.integers(1, 5)), causal=st.booleans(),
+       q_offset=st.one_of(st.none(), st.integers(-10, 10), st.floats(allow_nan=True, allow_infinity=True),
+                          st.just(2**63), st.just("1")),
+       dtype=st.sampled_from([None, torch.float32, torch.float64, torch.int64, torch.bool]))
+def test_alibi_bias_fuzz(slopes, n_q, n_k, causal, q_offset, dtype):
+    from posenc.attention.alibi import alibi_bias
+
+    names = ("slopes", "q_offset", "dtype")
+    slopes_ok = is_clean_finite(slopes) and bool((slopes >= 0).all())
+    off_ok = q_offset is None or (isinstance(q_offset, int) and abs(q_offset) <= 2**62) or (
+        isinstance(q_offset, float) and math.isfinite(q_offset) and q_offset.is_integer() and abs(q_offset) <= 2**62)
+    dtype_ok = dtype is None or dtype.is_floating_point
+    try:
+        out = alibi_bias(slopes, n_q, n_k, causal=causal, q_offset=q_offset, dtype=dtype)
+    except (ValueError, TypeError) as err:
+        assert any(n in str(err) for n in names), str(err)
+        return
+    assert slopes_ok and off_ok and dtype_ok, "bad input accepted"
+    nk = n_q if n_k is None else n_k
+    off = nk - n_q if q_offset is None else int(q_offset)
+    for h in range(3):
+        for i in range(n_q):
+            for j in range(nk):
+                expect = -float(slopes[h]) * abs(j - i - off)
+                if causal and j > i + off:
+                    assert math.isinf(float(out[h, i, j])) and float(out[h, i, j]) < 0
+                else:
+                    assert float(out[h, i, j]) == pytest.approx(expect, rel=1e-6, abs=1e-6)
+
+
+@FUZZ
+@given(rel=st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-300, 300)), min_size=1, max_size=12),
+       bidirectional=st.booleans(), sizes=st.sampled_from([(4, 16), (8, 16), (8, 128), (32, 128)]))
+def test_t5_buckets_fuzz(rel, bidirectional, sizes):
+    from posenc.attention.relative_bias import t5_buckets
+
+    num_buckets, max_distance = sizes
+    r = torch.tensor(rel, dtype=torch.int64)
+    b = t5_buckets(r, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
+    assert bool(((b >= 0) & (b < num_buckets)).all())
+    half = num_buckets // 2 if bidirectional else num_buckets
+    # a bucket grows with the distance, within each direction
+    dist = torch.where(r == -(2**63), 2**63 - 1, r.abs()) if bidirectional else torch.where(
+        r == -(2**63), 2**63 - 1, (-r).clamp_min(0))
+    side = (r > 0) if bidirectional else torch.zeros_like(r, dtype=torch.bool)
+    for s in (False, True):
+        idx = torch.nonzero(side == s).flatten()
+        if len(idx) > 1:
+            order = idx[torch.argsort(dist[idx])]
+            assert bool((b[order].diff() >= 0).all())
+    if bidirectional:
+        assert bool((b[r > 0] >= half).all()) and bool((b[r <= 0] < half).all())
+    else:
+        assert bool((b[r >= 0] == 0).all()) or not bool((r >= 0).any())
+
+
+@FUZZ
+@given(pos=tensors(shape=(4,), dtypes=[torch.float64, torch.float32, torch.int64, torch.bool]),
+       scale=st.sampled_from([1.0, 1e10, 1e19, 1e300]), frac=st.booleans())
+def test_offsets_from_positions_fuzz(pos, scale, frac):
+    from posenc.attention.relative_bias import offsets_from_positions
+
+    if pos.device.type != "meta" and pos.is_floating_point():
+        pos = (pos * scale).round() + (0.5 if frac else 0.0)
+    try:
+        out = offsets_from_positions(pos)
+    except (ValueError, TypeError) as err:
+        assert "positions" in str(err), str(err)
+        return
+    assert pos.device.type != "meta" and pos.dtype != torch.bool
+    p = pos.double()
+    assert bool(torch.isfinite(p).all()) and bool((p == p.round()).all()) and bool((p.abs() < 2**62).all())
+    assert out.dtype == torch.int64
+    assert torch.equal(out, pos.to(torch.int64)[None, :] - pos.to(torch.int64)[:, None])
+# =========================================================================== end of rotary / ALiBi / T5

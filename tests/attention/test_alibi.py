@@ -120,3 +120,25 @@ def test_bad_input():
         alibi_bias(torch.tensor([-0.5]), 4)
     with pytest.raises(ValueError, match="n_q"):
         alibi_bias(alibi_slopes(2), 0)
+
+
+def test_edge_cases_are_refused_with_the_argument_named():
+    # #23 §4: non-float dtypes gave garbage, q_offset=1.7 was truncated, q_offset=nan named nothing
+    slopes = alibi_slopes(4)
+    for dtype in (torch.int64, torch.bool):
+        with pytest.raises(TypeError, match="dtype"):
+            alibi_bias(slopes, 4, dtype=dtype)
+        with pytest.raises(TypeError, match="dtype"):
+            alibi_slopes(4, dtype=dtype)
+    with pytest.raises(TypeError, match="slopes"):
+        alibi_bias(slopes.long(), 4)
+    with pytest.raises(ValueError, match="q_offset"):
+        alibi_bias(slopes, 4, q_offset=1.7)
+    with pytest.raises(ValueError, match="q_offset"):
+        alibi_bias(slopes, 4, q_offset=float("nan"))
+    with pytest.raises(TypeError, match="q_offset"):
+        alibi_bias(slopes, 4, q_offset="1")
+    with pytest.raises(ValueError, match="q_offset"):
+        alibi_bias(slopes, 4, q_offset=2**63)
+    # an integer-valued float is an integer
+    torch.testing.assert_close(alibi_bias(slopes, 3, 5, q_offset=2.0), alibi_bias(slopes, 3, 5, q_offset=2))

@@ -163,3 +163,117 @@ def test_bad_input():
         r(x, x, x, attn_mask=torch.zeros(3, 3))
     with pytest.raises(TypeError, match="mha"):
         RelativeMHA.from_torch(nn.Linear(3, 3))
+
+
+# ------------------------------------------------------------------ the plain swap into a default encoder (#22 §5)
+def _default_encoder(swap, batch_first=True):
+    torch.manual_seed(2)
+    # exactly what a user writes: every nn default, enable_nested_tensor=True and dropout 0.1 included
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d_model=16, nhead=4, batch_first=batch_first), num_layers=2)
+    for lyr in enc.layers:
+        lyr.self_attn = swap(lyr.self_attn)
+    return enc
+
+
+SWAPS = {
+    "relative_rope": lambda a: RelativeMHA.from_torch(a, position="rope"),  # the README's snippet
+    "relative_alibi": lambda a: RelativeMHA.from_torch(a, position="alibi"),
+    "kernelized": lambda a: KernelizedMHA(16, 4, batch_first=a.batch_first, num_features=16, rpe="table", max_distance=8),
+}
+
+
+@pytest.mark.parametrize("swap", list(SWAPS))
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_swap_into_a_default_transformer_encoder(swap, batch_first):
+    enc = _default_encoder(SWAPS[swap], batch_first)
+    assert enc.use_nested_tensor == batch_first  # torch decides this at construction, from the layer it was given
+    x = torch.randn(2, 6, 16)
+    kpm = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+
+    def run(inp, mask=None, seed=0):
+        torch.manual_seed(seed)
+        inp = inp if batch_first else inp.transpose(0, 1)
+        out = enc(inp, src_key_padding_mask=mask)
+        return out if batch_first else out.transpose(0, 1)
+
+    x2 = x.clone()
+    x2[1, 4:] = 100.0  # padded tokens: must not reach the others
+    # training, with and without padding (dropout on: the same seed gives the same masks)
+    enc.train()
+    out = run(x)
+    out.sum().backward()
+    assert bool(torch.isfinite(out).all())
+    assert enc.layers[0].self_attn.in_proj_weight.grad is not None
+    torch.testing.assert_close(run(x, kpm)[1, :4], run(x2, kpm)[1, :4])
+    # evaluation (under no_grad the encoder hands nested tensors to self_attn when there is padding)
+    enc.eval()
+    with torch.no_grad():
+        plain = run(x)
+        padded = run(x, kpm)
+        assert bool(torch.isfinite(padded).all())
+        torch.testing.assert_close(padded[0], plain[0])  # sample 0 has no padding
+        torch.testing.assert_close(padded[1, :4], run(x2, kpm)[1, :4])
+        # the same numbers as the padded path torch takes without nested tensors
+        enc.use_nested_tensor = False
+        torch.testing.assert_close(run(x, kpm)[:, :4], padded[:, :4])
+        torch.testing.assert_close(run(x, kpm)[0], padded[0])
+        enc.use_nested_tensor = batch_first
+    # evaluation with grad enabled takes the padded path: the same numbers
+    torch.testing.assert_close(run(x, kpm)[1, :4], padded[1, :4])
+
+
+def test_nested_inputs_directly():
+    mha = RelativeMHA(16, 4, batch_first=True, position="rope")
+    seqs = [torch.randn(5, 16), torch.randn(3, 16)]
+    nt = torch.nested.nested_tensor(seqs)
+    out, _ = mha(nt, nt, nt, need_weights=False)
+    assert out.is_nested
+    for seq, o in zip(seqs, out.unbind()):
+        torch.testing.assert_close(o, mha(seq[None], seq[None], seq[None], need_weights=False)[0][0])
+    with pytest.raises(ValueError, match="nested together"):
+        mha(nt, torch.randn(2, 5, 16), nt)
+
+
+# ------------------------------------------------------------------ refusals (#22 §6, #23 §4)
+def test_from_torch_refuses_add_zero_attn():
+    src = nn.MultiheadAttention(16, 4, add_zero_attn=True)
+    with pytest.raises(ValueError, match="add_zero_attn"):
+        RelativeMHA.from_torch(src)
+    with pytest.raises(ValueError, match="add_zero_attn"):
+        KernelizedMHA.from_torch(src)
+
+
+def test_nd_rope_is_refused_at_construction():
+    for position in ("rope_axial", "rope_mixed"):
+        with pytest.raises(ValueError, match="N-D positions"):
+            RelativeMHA(16, 4, position=position)
+
+
+def test_nan_query_with_equal_key_copies_is_not_a_different_key():
+    mha = RelativeMHA(16, 4, batch_first=True, position="rope")
+    x = torch.randn(1, 5, 16)
+    x[0, 2, 3] = float("nan")
+    out, _ = mha(x, x.clone(), x.clone(), need_weights=False)  # the copies are the query: accepted (NaN in, NaN out)
+    ref, _ = mha(x, x, x, need_weights=False)
+    torch.testing.assert_close(out, ref, equal_nan=True)
+    y = x.clone()
+    y[0, 0, 0] += 1.0
+    with pytest.raises(ValueError, match="key must be the query"):
+        mha(x, y, x)
+
+
+def test_dtype_mismatch_names_query():
+    mha = RelativeMHA(16, 4, batch_first=True)
+    with pytest.raises(TypeError, match="query has dtype torch.float64"):
+        mha(torch.randn(1, 5, 16, dtype=torch.float64), None, None)
+
+
+def test_relative_mha_attn_mask_row_fully_blocked_is_an_error():
+    mha = RelativeMHA(16, 4, batch_first=True, position="none")
+    x = torch.randn(1, 4, 16)
+    allow = torch.ones(4, 4, dtype=torch.bool).tril()  # SDPA's convention passed to an nn.MultiheadAttention drop-in
+    with pytest.raises(ValueError, match=r"query row\(s\) \[3\].*True = blocked"):
+        mha(x, x, x, attn_mask=allow)
+    # torch's own layer gives NaN there
+    ref = nn.MultiheadAttention(16, 4, batch_first=True)
+    assert bool(ref(x, x, x, attn_mask=allow)[0].isnan().any())

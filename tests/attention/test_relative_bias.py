@@ -117,3 +117,46 @@ def test_bad_input():
         RelativePositionBias(2, kind="shaw")
     with pytest.raises(ValueError, match="n_q"):
         RelativePositionBias(2)()
+
+
+def test_t5_buckets_at_the_int64_extremes():
+    # #23 §4: -2**63 has no int64 negation: it gave a negative bucket, and bucket 0 when causal
+    lo, hi = torch.iinfo(torch.int64).min, torch.iinfo(torch.int64).max
+    rel = torch.tensor([lo, lo + 1, hi, -(2**40), 2**40])
+    bi = t5_buckets(rel, bidirectional=True)
+    assert bi.tolist() == [15, 15, 31, 15, 31]  # the last bucket of each direction
+    causal = t5_buckets(rel, bidirectional=False)
+    assert causal.tolist() == [31, 31, 0, 31, 0]  # far past: the last bucket; the future: bucket 0
+    for r in (-(2**40), 2**40):
+        assert int(t5_buckets(torch.tensor([r]), bidirectional=True)) == t5_bucket_scalar(r, True, 32, 128)
+
+
+def test_offsets_must_be_exactly_representable():
+    with pytest.raises(ValueError, match="2\\*\\*62"):
+        offsets_from_positions(torch.tensor([0.0, 1e19]))
+    with pytest.raises(ValueError, match="2\\*\\*62"):
+        offsets_from_positions(torch.tensor([0, torch.iinfo(torch.int64).min]))
+    with pytest.raises(ValueError, match="2\\*\\*62"):
+        offsets_from_positions(torch.tensor([-(2**62) - 1, 0]))
+    with pytest.raises(ValueError, match="2\\*\\*62"):
+        offsets_from_positions(torch.tensor([-(2**62), 0]))
+    ok = offsets_from_positions(torch.tensor([-(2**62) + 1, 2**62 - 1]))  # the widest range: its offsets fit
+    assert ok.tolist() == [[0, 2**63 - 2], [-(2**63 - 2), 0]]
+    assert int(t5_buckets(ok[1:, :1], bidirectional=False)) == 31
+
+
+def test_toeplitz_expansion_against_the_dense_gather():
+    from posenc.attention.relative_bias import toeplitz_from_offsets
+
+    torch.manual_seed(0)
+    for kind in ("t5", "clipped"):
+        rb = RelativePositionBias(3, kind=kind, num_buckets=8, max_distance=16)
+        with torch.no_grad():
+            rb.table.normal_()
+        for n_q, n_k in ((7, 7), (3, 9), (9, 2), (1, 1)):
+            offsets = torch.arange(n_k)[None, :] - torch.arange(n_q)[:, None]
+            torch.testing.assert_close(rb(n_q, n_k), rb.table[:, rb.buckets(offsets)])
+            causal = rb.toeplitz(n_q, n_k, causal=True)
+            assert torch.equal(torch.isneginf(causal), (offsets > 0).expand_as(causal))
+    with pytest.raises(ValueError, match="offsets"):
+        toeplitz_from_offsets(torch.zeros(5), 3, 4)

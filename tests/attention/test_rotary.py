@@ -257,7 +257,7 @@ def test_non_contiguous_inputs():
 
 # ------------------------------------------------------------------ in-place and blocked kernels
 def test_blocks_cover_every_row_once():
-    from posenc.attention.rotary import _blocks
+    from posenc.attention.rotary_kernels import _blocks
 
     for shape, row, target in [((3, 5, 7), 8, 8), ((3, 5, 7), 8, 24), ((3, 5, 7), 8, 8 * 35),
                                ((3, 5, 7), 8, 10**9), ((2, 9), 4, 12), ((4,), 4, 1), ((1, 1, 13), 4, 20)]:
@@ -272,7 +272,7 @@ def test_blocks_cover_every_row_once():
 @pytest.mark.parametrize("r", [None, 6])
 def test_blocked_kernels_match_the_loop_reference(monkeypatch, layout, r):
     # blocks far smaller than the tensor: runs cut inside the token dim
-    import posenc.attention.rotary as rot
+    import posenc.attention.rotary_kernels as rot
 
     monkeypatch.setattr(rot, "BLOCK_BYTES", 3 * 10 * 8)
     g = torch.Generator().manual_seed(1)
@@ -365,3 +365,299 @@ def test_inplace_bad_input():
     with pytest.raises(ValueError):
         apply_rope(x, torch.arange(5), inplace=True)
     assert torch.equal(x, before)
+
+
+# ------------------------------------------------------------------ KV-cache decoding (#22 §3)
+def _attention(q, k, v, causal=True):
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        i = torch.arange(n_q)[:, None] + (n_k - n_q)
+        logits = logits.masked_fill(torch.arange(n_k)[None, :] > i, float("-inf"))
+    return torch.softmax(logits, -1) @ v
+
+
+SCALINGS = [None, ("linear", 8, 32), ("ntk", 8, 32), ("yarn", 8, 32), ("dynamic", 8, 2.0), ("llama3", 8, 4.0),
+            ("longrope", 8, 4.0)]
+
+
+def _scaling(spec):
+    from posenc.attention.rope_scaling import RopeScaling
+
+    if spec is None:
+        return None
+    kind, L, x = spec
+    if kind in ("dynamic", "llama3"):
+        return RopeScaling(kind, L, factor=x)
+    if kind == "longrope":
+        return RopeScaling(kind, L, factor=x, short_factor=[1.0, 1.5, 2.0, 3.0], long_factor=[1.0, 2.0, 4.0, 8.0])
+    return RopeScaling(kind, L, x)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("spec", SCALINGS, ids=lambda s: "plain" if s is None else s[0])
+def test_decode_step_equals_the_last_row_of_the_full_sequence(layout, spec):
+    g = torch.Generator().manual_seed(3)
+    n = 20
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    rope = RotaryEmbedding(8, layout=layout, scaling=_scaling(spec))
+    rq, rk = rope(q, k)
+    full = _attention(rq, rk, v)
+    for t in (0, 5, n - 1):  # q: the newest token only; k: the whole cache so far (unrotated)
+        sq, sk = rope(q[..., t:t + 1, :], k[..., : t + 1, :])
+        step = _attention(sq, sk, v[..., : t + 1, :])
+        if spec is None or spec[0] not in ("dynamic", "longrope"):
+            torch.testing.assert_close(step, full[..., t:t + 1, :])
+            torch.testing.assert_close(sk, rk[..., : t + 1, :])
+        else:  # length-dependent: the step uses the frequencies of length t + 1, as HF's cache positions do
+            ref_q, ref_k = rope(q[..., : t + 1, :], k[..., : t + 1, :])
+            torch.testing.assert_close(step, _attention(ref_q, ref_k, v[..., : t + 1, :])[..., -1:, :])
+    # the same query at its true position, against an explicit rotation (the silent position-0 bug)
+    sq, _ = rope(q[..., -1:, :], k)
+    torch.testing.assert_close(sq, rq[..., -1:, :])
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_decode_loop_with_a_cache_of_rotated_keys(layout):
+    # the usual KV cache: rotate each new token at offset t, append its key, attend
+    g = torch.Generator().manual_seed(4)
+    n = 12
+    q, k, v = (torch.randn(2, 2, n, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    rope = RotaryEmbedding(16, layout=layout, max_seq_len=4)  # the table grows past 4
+    rq, rk = rope(q, k)
+    full = _attention(rq, rk, v)
+    cache = torch.empty(2, 2, 0, 16, dtype=torch.float64)
+    for t in range(n):
+        qt, kt = rope(q[..., t:t + 1, :], k[..., t:t + 1, :], offset=t)
+        cache = torch.cat((cache, kt), dim=-2)
+        torch.testing.assert_close(_attention(qt, cache, v[..., : t + 1, :]), full[..., t:t + 1, :])
+    # a prefill of 5 tokens then single steps, in place
+    cache = rope(q[..., :5, :], k[..., :5, :])[1]
+    for t in range(5, n):
+        qt, kt = q[..., t:t + 1, :].clone(), k[..., t:t + 1, :].clone()
+        rope(qt, kt, offset=t, inplace=True)
+        cache = torch.cat((cache, kt), dim=-2)
+        torch.testing.assert_close(_attention(qt, cache, v[..., : t + 1, :]), full[..., t:t + 1, :])
+
+
+def test_xpos_decode_step_and_fixed_centre_cache():
+    g = torch.Generator().manual_seed(5)
+    n = 30
+    q, k, v = (torch.randn(1, 2, n, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    auto = RotaryEmbedding(16, xpos_scale_base=64.0)
+    rq, rk = auto(q, k)
+    full = _attention(rq, rk, v)
+    # q_new against the whole (unrotated) cache: one call, one centre: exact
+    for t in (3, n - 1):
+        sq, sk = auto(q[..., t:t + 1, :], k[..., : t + 1, :])
+        torch.testing.assert_close(_attention(sq, sk, v[..., : t + 1, :]), full[..., t:t + 1, :])
+    # caching rotated keys needs one centre for every call: fix it
+    fixed = RotaryEmbedding(16, xpos_scale_base=64.0, xpos_center=0.0)
+    cache = torch.empty(1, 2, 0, 16, dtype=torch.float64)
+    for t in range(n):
+        qt, kt = fixed(q[..., t:t + 1, :], k[..., t:t + 1, :], offset=t)
+        cache = torch.cat((cache, kt), dim=-2)
+        torch.testing.assert_close(_attention(qt, cache, v[..., : t + 1, :]), full[..., t:t + 1, :])
+
+
+def test_apply_rope_qk_aligns_queries_to_the_end_and_takes_an_offset():
+    q, k = torch.randn(1, 3, 8, dtype=torch.float64), torch.randn(1, 10, 8, dtype=torch.float64)
+    oq, ok = apply_rope_qk(q, k)
+    torch.testing.assert_close(oq, apply_rope(q, torch.arange(7, 10)))
+    torch.testing.assert_close(ok, apply_rope(k))
+    oq, ok = apply_rope_qk(q, k, offset=100)
+    torch.testing.assert_close(oq, apply_rope(q, torch.arange(107, 110)))
+    torch.testing.assert_close(ok, apply_rope(k, offset=100))
+    torch.testing.assert_close(apply_rope(k, offset=100), apply_rope(k, torch.arange(100, 110)))
+    # only k_positions given: the queries take the last ones
+    kp = torch.arange(10) * 3
+    oq, _ = apply_rope_qk(q, k, k_positions=kp)
+    torch.testing.assert_close(oq, apply_rope(q, kp[-3:]))
+
+
+def test_offset_bad_input():
+    rope = RotaryEmbedding(8)
+    q = torch.randn(1, 4, 8)
+    with pytest.raises(ValueError, match="more positions"):
+        rope(torch.randn(1, 5, 8), q)
+    with pytest.raises(ValueError, match="more positions"):
+        apply_rope_qk(torch.randn(1, 5, 8), q)
+    with pytest.raises(ValueError, match="offset"):
+        rope(q, q, offset=-1)
+    with pytest.raises(TypeError, match="offset"):
+        rope(q, q, offset=1.5)
+    with pytest.raises(TypeError, match="offset"):
+        rope(q, q, offset=True)
+    with pytest.raises(ValueError, match="offset"):
+        rope(q, q, torch.arange(4), offset=2)
+    with pytest.raises(ValueError, match="offset"):
+        apply_rope(q, torch.arange(4), offset=2)
+
+
+# ------------------------------------------------------------------ the pre-sized table (#22 §3, #25)
+def test_table_is_pre_sized_and_rebuilt_exactly_on_conversion():
+    rope = RotaryEmbedding(16, max_seq_len=64)
+    assert rope._cos.shape == (64, 8) and rope._cos.dtype == torch.float32
+    ang = torch.arange(64, dtype=torch.float64)[:, None] * rope_frequencies(16)
+    rope.double()  # float64 inputs: the table is rebuilt from float64 angles, not cast from float32
+    assert rope._cos.dtype == torch.float64
+    torch.testing.assert_close(rope._cos, torch.cos(ang), rtol=0, atol=1e-15)
+    rope.half()  # half inputs compute in float32: the table stays float32
+    assert rope._cos.dtype == torch.float32
+    torch.testing.assert_close(rope._cos, torch.cos(ang).float())
+    lazy = RotaryEmbedding(16, max_seq_len=None)
+    assert lazy._cos.shape[0] == 0
+    q = torch.randn(1, 5, 16)
+    torch.testing.assert_close(lazy(q, q)[0], rope.float()(q, q)[0])
+    with pytest.raises(ValueError, match="max_seq_len"):
+        RotaryEmbedding(16, max_seq_len=0)
+
+
+def test_compiled_rope_does_not_recompile_for_each_length():
+    import torch._dynamo.testing
+
+    from posenc.attention import RelativeSelfAttention
+
+    torch._dynamo.reset()
+    mod = RelativeSelfAttention(16, 2, position="rope")
+    counter = torch._dynamo.testing.CompileCounter()
+    fn = torch.compile(mod, backend=counter)
+    lengths = (8, 9, 10, 11, 12, 13, 40, 100)
+    for n in lengths:
+        x = torch.randn(2, n, 16)
+        torch.testing.assert_close(fn(x), mod(x))
+    # the first length compiles a static graph, the second a dynamic one; no more after that
+    # (the table used to be rebuilt for longer sequences, recompiling each time: 5 graphs here)
+    assert counter.frame_count <= 2
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+    fn = torch.compile(mod, backend=counter, dynamic=True)
+    for n in lengths:
+        fn(torch.randn(2, n, 16))
+    assert counter.frame_count == 1
+
+
+# ------------------------------------------------------------------ xPos at long lengths (#22 §4)
+def test_xpos_default_centre_is_the_middle_of_the_keys():
+    from posenc.attention.rotary import xpos_scales
+
+    q, k = torch.randn(1, 30, 8, dtype=torch.float64), torch.randn(1, 30, 8, dtype=torch.float64)
+    auto = apply_rope_qk(q, k, xpos_scale_base=512.0)
+    fixed = apply_rope_qk(q, k, xpos_scale_base=512.0, xpos_center=15.0)
+    torch.testing.assert_close(auto[0], fixed[0])
+    torch.testing.assert_close(auto[1], fixed[1])
+    # the centre cancels in the logits
+    zero = apply_rope_qk(q, k, xpos_scale_base=512.0, xpos_center=0.0)
+    torch.testing.assert_close(auto[0] @ auto[1].mT, zero[0] @ zero[1].mT)
+    assert float(xpos_scales(torch.tensor([15.0]), 8, center=15.0).sub(1).abs().max()) == 0.0
+    rope = RotaryEmbedding(8, xpos_scale_base=512.0)
+    torch.testing.assert_close(rope(q, k)[0], auto[0])
+    assert "xpos_center=auto" in repr(rope)
+
+
+def test_xpos_default_centre_matches_rotary_embedding_torch():
+    ret = pytest.importorskip("rotary_embedding_torch")
+    q, k = torch.randn(1, 2, 31, 16), torch.randn(1, 2, 31, 16)
+    tq, tk = ret.RotaryEmbedding(dim=16, use_xpos=True).rotate_queries_and_keys(q, k)
+    oq, ok = apply_rope_qk(q, k, layout="interleaved", xpos_scale_base=512.0)  # no centre given
+    torch.testing.assert_close(oq, tq, rtol=1e-5, atol=2e-5)
+    torch.testing.assert_close(ok, tk, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_xpos_at_64k_positions_against_float64(dtype):
+    # 16 tokens spread over 64k positions: their scales span e^+-80 around the centre
+    g = torch.Generator().manual_seed(6)
+    pos = torch.linspace(0, 65535, 16).round().long()
+    q, k = torch.randn(16, 64, generator=g, dtype=torch.float64), torch.randn(16, 64, generator=g, dtype=torch.float64)
+    rq, rk = apply_rope_qk(q, k, pos, pos, xpos_scale_base=512.0)
+    ref = (rq @ rk.T).tril()  # causal logits: the factor decays, every entry is representable
+    if dtype == torch.float32:
+        oq, ok = apply_rope_qk(q.float(), k.float(), pos, pos, xpos_scale_base=512.0)
+        assert bool(torch.isfinite(oq).all() and torch.isfinite(ok).all())
+        torch.testing.assert_close((oq.double() @ ok.double().T).tril(), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+    else:  # float16 holds e^+-9.7 only: a clear error, not inf
+        with pytest.raises(ValueError, match="beyond the range of torch.float16"):
+            apply_rope_qk(q.to(dtype), k.to(dtype), pos, pos, xpos_scale_base=512.0)
+        # within ~4,000 positions of the centre float16 is fine
+        near = pos[:2] // 30
+        oq, ok = apply_rope_qk(q[:2].to(dtype), k[:2].to(dtype), near, near, xpos_scale_base=512.0)
+        rq2, rk2 = apply_rope_qk(q[:2], k[:2], near, near, xpos_scale_base=512.0)
+        torch.testing.assert_close(oq.double(), rq2, rtol=2e-3, atol=2e-3)
+
+
+def test_xpos_refuses_scales_that_even_centred_cannot_be_represented():
+    q, k = torch.randn(4, 8), torch.randn(4, 8)
+    pos = torch.tensor([0, 30_000, 60_000, 100_000])  # +-50,000 from the centre: e^+-122 > float32's e^+-87
+    with pytest.raises(ValueError, match="xPos scales reach e\\^122.*float32"):
+        apply_rope_qk(q, k, pos, pos, xpos_scale_base=512.0)
+    with pytest.raises(ValueError, match="xPos scales"):
+        RotaryEmbedding(8, xpos_scale_base=512.0)(q, k, pos, pos)
+    # float64 holds it (e^+-708)
+    out = apply_rope_qk(q.double(), k.double(), pos, pos, xpos_scale_base=512.0)
+    assert all(bool(torch.isfinite(t).all()) for t in out)
+    with pytest.raises(ValueError, match="xpos_center"):
+        apply_rope_qk(q, k, xpos_scale_base=512.0, xpos_center=float("nan"))
+
+
+# ------------------------------------------------------------------ edge cases (#23 §4)
+def test_inplace_refuses_q_and_k_sharing_memory():
+    x = torch.randn(1, 4, 8)
+    before = x.clone()
+    with pytest.raises(ValueError, match="share memory"):
+        RotaryEmbedding(8)(x, x, inplace=True)
+    with pytest.raises(ValueError, match="share memory"):
+        apply_rope_qk(x, x.view(1, 4, 8), inplace=True)
+    y = torch.randn(1, 4, 12)
+    with pytest.raises(ValueError, match="share memory"):
+        RotaryEmbedding(8)(y[..., :8], y[..., 4:], inplace=True)
+    assert torch.equal(x, before)
+    # disjoint views of one buffer are fine (q and k of a fused projection)
+    z = torch.randn(1, 4, 16)
+    RotaryEmbedding(8)(z[..., :8], z[..., 8:], inplace=True)
+    # and out of place, q may be k
+    torch.testing.assert_close(RotaryEmbedding(8)(x, x)[0], apply_rope(x))
+
+
+def test_inplace_refuses_views_autograd_cannot_follow():
+    leaf = torch.randn(3, 4, 8, requires_grad=True)
+    with pytest.raises(ValueError, match="view of a leaf"):
+        apply_rope(leaf[0], inplace=True)
+    with pytest.raises(ValueError, match="view of a leaf"):
+        RotaryEmbedding(8)(leaf[0], leaf[1], inplace=True)
+    q, k, _ = (leaf * 1.0).unbind(0)
+    with pytest.raises(ValueError, match="unbind"):
+        RotaryEmbedding(8)(q, k, inplace=True)
+    with pytest.raises(ValueError, match="unbind"):
+        apply_rope((leaf * 1.0).split(1)[0], inplace=True)
+    expanded = torch.randn(1, 1, 8).expand(2, 4, 8)
+    with pytest.raises(ValueError, match="expanded"):
+        apply_rope(expanded, inplace=True)
+    with pytest.raises(ValueError, match="expanded"):
+        RotaryEmbedding(8)(expanded, torch.randn(2, 4, 8), inplace=True)
+    # without autograd, unbind() views are fine (a fused qkv buffer rotated in place)
+    with torch.no_grad():
+        q, k, _ = (leaf * 1.0).unbind(0)
+        RotaryEmbedding(8)(q, k, inplace=True)
+
+
+def test_apply_rope_qk_checks_freqs_like_apply_rope():
+    q = torch.randn(1, 4, 8)
+    for fn in (lambda f: apply_rope(q, freqs=f), lambda f: apply_rope_qk(q, q, freqs=f)):
+        with pytest.raises(ValueError, match="freqs"):
+            fn(torch.tensor([1.0, float("nan")], dtype=torch.float64))
+        with pytest.raises(TypeError, match="freqs"):
+            fn([1.0, 0.1])
+        with pytest.raises(ValueError, match="freqs"):
+            fn(torch.ones(5, dtype=torch.float64))
+        with pytest.raises(TypeError, match="freqs"):
+            fn(torch.ones(2, dtype=torch.int64))
+
+
+def test_non_finite_angles_are_refused():
+    q = torch.randn(1, 2, 8, dtype=torch.float64)
+    pos = torch.tensor([0.0, 1e308], dtype=torch.float64)
+    with pytest.raises(ValueError, match="angles"):
+        apply_rope_qk(q, q, pos, pos, position_scale=10.0)
+    with pytest.raises(ValueError, match="angles"):
+        rotate(q, torch.tensor([[0.0] * 4, [float("inf")] * 4], dtype=torch.float64))

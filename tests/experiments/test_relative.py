@@ -134,3 +134,18 @@ def test_quick_section_runs_end_to_end(tmp_path):
 
     md = get_section("relative").render(summary, save)
     assert "shift" in md and saved == ["length"]
+
+
+def test_only_rope_jobs_carry_the_yarn_reading():
+    # changing YaRN's default recomputes the rope jobs (their config digest changes) and no others
+    from posenc.experiments.relative import RopeLengthConfig
+    from posenc.report.store import config_digest
+
+    for profile in ("quick", "full"):
+        for job in plan(profile):
+            cfg = job.config_dict()
+            assert ("yarn_ramp" in cfg) == (job.config.variant == "rope"), job.key
+            if job.config.variant == "rope":
+                assert isinstance(job.config, RopeLengthConfig) and cfg["yarn_ramp"] == "dims"
+                turns = dict(cfg, yarn_ramp="turns")
+                assert config_digest(turns) != config_digest(cfg)

@@ -12,7 +12,8 @@ Relative encodings that act inside softmax attention:
 
 * :mod:`~posenc.attention.rotary` -- RoPE (both channel layouts, partial rotation) and xPos.
 * :mod:`~posenc.attention.rotary_nd` -- axial N-D RoPE and mixed learnable 2D RoPE.
-* :mod:`~posenc.attention.rope_scaling` -- context extension: position interpolation, NTK, YaRN.
+* :mod:`~posenc.attention.rope_scaling` -- context extension: position interpolation, NTK, dynamic NTK, YaRN,
+  Llama 3, LongRoPE; :mod:`~posenc.attention.rope_hf` reads them from Hugging Face configs.
 * :mod:`~posenc.attention.alibi` -- ALiBi as an SDPA bias, a FlexAttention score_mod, and in linear attention.
 * :mod:`~posenc.attention.relative_bias` -- learned biases over T5 buckets or clipped offsets.
 * :mod:`~posenc.attention.relative_attention` -- ``RelativeSelfAttention``, one module for all of them.
@@ -36,6 +37,7 @@ from posenc.attention.rpe2d import kernelized_attention_2d, rpe2d_matrix, toepli
 from posenc.attention.mha import KernelizedMHA, RelativeMHA
 from posenc.attention.relative_attention import RelativeSelfAttention, relative_attention_factory, set_rope_scaling
 from posenc.attention.relative_bias import RelativePositionBias, bias_score_mod, clipped_buckets, t5_buckets
+from posenc.attention.rope_hf import rope_from_hf_config
 from posenc.attention.rope_scaling import RopeScaling, linear_position_scale, ntk_base, yarn_frequencies
 from posenc.attention.rotary import (
     RotaryEmbedding,
@@ -87,6 +89,7 @@ __all__ = [
     "ntk_base",
     "relative_attention_factory",
     "rope_frequencies",
+    "rope_from_hf_config",
     "rpe2d_matrix",
     "rpe_coeffs",
     "rpe_matrix",

@@ -35,13 +35,15 @@ import math
 
 import torch
 
-from posenc._checks import check_positive_int, check_tensor
+from posenc._checks import check_has_data, check_positive_int, check_tensor
 from posenc.attention.decay import DecayDecoder, decay_kernelized_attention
 
 
 def alibi_slopes(num_heads: int, *, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The ``(num_heads,)`` ALiBi slopes of Press et al. (any head count)."""
     check_positive_int("num_heads", num_heads)
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype (slopes are fractions), got {dtype}")
 
     def power_of_two(n: int) -> list[float]:
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -55,11 +57,27 @@ def alibi_slopes(num_heads: int, *, device=None, dtype: torch.dtype = torch.floa
 
 def _check_slopes(slopes: torch.Tensor) -> torch.Tensor:
     check_tensor("slopes", slopes)
+    check_has_data("slopes", slopes)
     if slopes.dim() != 1 or slopes.numel() == 0:
         raise ValueError(f"slopes must have shape (num_heads,), got {tuple(slopes.shape)}")
+    if not slopes.is_floating_point():
+        raise TypeError(f"slopes must be a floating-point tensor, got dtype {slopes.dtype}")
     if not bool(torch.isfinite(slopes).all()) or bool((slopes < 0).any()):
         raise ValueError("slopes must be finite and >= 0")
     return slopes
+
+
+def _check_offset(q_offset) -> int:
+    """An integer offset (an int, or a float holding an integer); anything else is refused."""
+    if isinstance(q_offset, bool) or not isinstance(q_offset, (int, float)):
+        raise TypeError(f"q_offset must be an int, got {type(q_offset).__name__} ({q_offset!r})")
+    if isinstance(q_offset, float):
+        if not (math.isfinite(q_offset) and q_offset.is_integer()):
+            raise ValueError(f"q_offset must be an integer position, got {q_offset!r}")
+        q_offset = int(q_offset)
+    if abs(q_offset) > 2**62:
+        raise ValueError(f"q_offset must lie within +-2**62, got {q_offset}")
+    return q_offset
 
 
 def relative_distance(n_q: int, n_k: int, *, q_offset: int | None = None, device=None) -> torch.Tensor:
@@ -70,7 +88,7 @@ def relative_distance(n_q: int, n_k: int, *, q_offset: int | None = None, device
     """
     check_positive_int("n_q", n_q)
     check_positive_int("n_k", n_k)
-    off = n_k - n_q if q_offset is None else int(q_offset)
+    off = n_k - n_q if q_offset is None else _check_offset(q_offset)
     qi = torch.arange(n_q, device=device) + off
     kj = torch.arange(n_k, device=device)
     return kj[None, :] - qi[:, None]
@@ -90,6 +108,8 @@ def alibi_bias(
         dtype: of the result (default the slopes' dtype).
     """
     _check_slopes(slopes)
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype (the bias holds -m |i - j| and -inf), got {dtype}")
     n_k = n_q if n_k is None else n_k
     rel = relative_distance(n_q, n_k, q_offset=q_offset, device=slopes.device)
     bias = -slopes[:, None, None].to(torch.float64) * rel.abs().to(torch.float64)

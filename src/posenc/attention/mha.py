@@ -19,6 +19,14 @@ So they slot into ``nn.TransformerEncoderLayer`` (``layer.self_attn = RelativeMH
 and load ``nn.MultiheadAttention`` checkpoints (:meth:`RelativeMHA.from_torch`; the
 position parameters keep their initial values).
 
+**Nested tensors.** ``nn.TransformerEncoder`` (``enable_nested_tensor=True``, its
+default) turns a padded batch into a nested tensor in eval mode under ``no_grad``
+when a padding mask is given, and hands that to ``self_attn``. Both classes accept
+nested ``query``/``key``/``value``: they pad them, mask the padding, and return a
+nested output with the same sequence lengths, so the plain swap
+``layer.self_attn = RelativeMHA.from_torch(layer.self_attn, ...)`` works in a
+default-constructed encoder, in training and evaluation, with and without padding.
+
 What has no meaning here is refused with a clear error instead of being ignored:
 ``kdim``/``vdim`` different from ``embed_dim``, ``add_bias_kv``, ``add_zero_attn``;
 for :class:`KernelizedMHA` also ``need_weights=True`` (the ``n x n`` map is what
@@ -72,6 +80,75 @@ def _causal(n: int, device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 
 
+def _any_nested(*tensors) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.is_nested for t in tensors)
+
+
+def _unnest(name: str, t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """A nested ``(B, *, E)`` tensor -> its zero-padded ``(B, L, E)`` form and the lengths."""
+    if t.dim() != 3:
+        raise ValueError(f"a nested {name} must be (B, *, E), got {t.dim()} dims")
+    parts = t.unbind()
+    lengths = [int(c.shape[0]) for c in parts]
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"a nested {name} must hold at least one sequence, each of at least one token")
+    return t.to_padded_tensor(0.0), lengths
+
+
+def _nested_forward(module, query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights,
+                    is_causal):
+    """Run ``module`` on nested inputs: pad them, mask the padded keys, return a nested output.
+
+    ``nn.TransformerEncoder`` builds nested tensors (batch first) in evaluation under
+    ``no_grad`` with a padding mask (``enable_nested_tensor=True``); the tokens of each
+    sequence keep their positions ``0..len-1``.
+    """
+    q, q_len = _unnest("query", query) if query.is_nested else (query, None)
+    padded = {id(query): q}
+    lens = {id(query): q_len}
+    for name, t in (("key", key), ("value", value)):
+        if t is not None and id(t) not in padded:
+            padded[id(t)], lens[id(t)] = _unnest(name, t) if t.is_nested else (t, None)
+    k = q if key is None else padded[id(key)]
+    v = k if value is None else padded[id(value)]
+    k_len = q_len if key is None else lens[id(key)]
+    if q_len is None or any(t is not None and not t.is_nested for t in (key, value)):
+        raise ValueError("nested inputs must be nested together: query, key and value (as nn.TransformerEncoder "
+                         "passes them)")
+    B = q.shape[0]
+    kpm = key_padding_mask
+    if k_len is not None:
+        S = k.shape[1]
+        pad = torch.arange(S, device=k.device)[None, :] >= torch.tensor(k_len, device=k.device)[:, None]
+        if kpm is not None:
+            kpm = canonical_key_padding_mask(kpm, B, S) | pad
+        else:
+            kpm = pad
+    if not module.batch_first:  # nested tensors are batch first; the module may expect (L, B, E)
+        q, k, v = (t.transpose(0, 1) for t in (q, k, v))
+        if key is None or key is query:
+            k = q
+        if value is None or value is key or value is query:
+            v = k
+    out, weights = module.forward(q, k, v, key_padding_mask=kpm, need_weights=need_weights, attn_mask=attn_mask,
+                                  average_attn_weights=average_attn_weights, is_causal=is_causal)
+    if not module.batch_first:
+        out = out.transpose(0, 1)
+    if q_len is not None:
+        out = torch.nested.as_nested_tensor([out[b, : q_len[b]] for b in range(len(q_len))], layout=torch.strided)
+    return out, weights
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes and values, NaN equal to NaN (a NaN in the query must not look like a different key)."""
+    if a.shape != b.shape:
+        return False
+    same = a == b
+    if a.is_floating_point() or a.is_complex():
+        same = same | (a.isnan() & b.isnan())
+    return bool(same.all())
+
+
 class _MHAShape:
     """Shared handling of ``batch_first`` and the ``(query, key, value)`` inputs."""
 
@@ -97,14 +174,21 @@ class RelativeMHA(RelativeSelfAttention, _MHAShape):
     Args:
         embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim,
         batch_first, device, dtype: as in ``nn.MultiheadAttention``.
-        position: ``"rope"``, ``"xpos"``, ``"alibi"``, ``"t5"``, ``"learned"``, ``"none"``, ...
+        position: ``"rope"``, ``"xpos"``, ``"alibi"``, ``"t5"``, ``"learned"`` or ``"none"``
             (see :class:`~posenc.attention.RelativeSelfAttention`); token ``i`` sits at position ``i``.
+            The N-D kinds (``"rope_axial"``, ``"rope_mixed"``) need positions, which this
+            call signature cannot pass: use :class:`~posenc.attention.RelativeSelfAttention`.
         **kwargs: further :class:`~posenc.attention.RelativeSelfAttention` options
-            (``causal``, ``rope_base``, ``rotary_dim``, ``max_distance``, ...).
+            (``causal``, ``rope_base``, ``rotary_dim``, ``max_distance``, ``xpos_center``, ...).
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
     average_attn_weights=True, is_causal=False) -> (output, weights or None)``; ``key`` and
     ``value`` must be ``query`` itself (or equal to it): relative positions are those of one sequence.
+    Masks follow ``nn.MultiheadAttention``: a bool ``attn_mask`` is **True = blocked** (not
+    allowed to attend; the opposite of ``scaled_dot_product_attention`` and of
+    :class:`~posenc.attention.RelativeSelfAttention`), a float one is added to the logits;
+    ``key_padding_mask`` True (or ``-inf``) = padded. A query row that ``attn_mask`` blocks
+    entirely is an error (``nn.MultiheadAttention`` would return NaN there).
     """
 
     _qkv_same_embed_dim = False  # keeps nn.TransformerEncoderLayer off its fused fast path (module docstring)
@@ -127,6 +211,9 @@ class RelativeMHA(RelativeSelfAttention, _MHAShape):
         **kwargs,
     ) -> None:
         _refuse_unsupported(embed_dim, kdim, vdim, add_bias_kv, add_zero_attn)
+        if position in ("rope_axial", "rope_mixed"):
+            raise ValueError(f"position={position!r} needs N-D positions, which nn.MultiheadAttention's call signature "
+                             "cannot pass: use RelativeSelfAttention(..., position=...) with positions=")
         super().__init__(embed_dim, num_heads, position=position, dropout=dropout, bias=bias, device=device,
                          dtype=dtype, **kwargs)
         self.embed_dim = embed_dim
@@ -149,14 +236,34 @@ class RelativeMHA(RelativeSelfAttention, _MHAShape):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Self-attention of ``query`` ``(B, L, E)`` (``(L, B, E)`` unless ``batch_first``), or nested ``(B, *, E)``.
+
+        Args:
+            query: the sequence; ``key`` and ``value`` must be ``query`` itself (or equal to it), or None.
+            key_padding_mask: ``(B, L)`` bool **True = padded**, or float (``-inf`` = padded, 0 = keep).
+            need_weights: also return the attention weights (averaged over heads if
+                ``average_attn_weights``).
+            attn_mask: ``(L, L)`` or ``(B * H, L, L)``: bool **True = blocked** (as
+                ``nn.MultiheadAttention``; the opposite of ``scaled_dot_product_attention``), or a
+                float added to the logits. A row it blocks entirely is a ``ValueError``.
+            is_causal: without ``attn_mask``, mask future keys (with it, a hint that it is causal).
+        """
+        if _any_nested(query, key, value):
+            return _nested_forward(self, query, key, value, key_padding_mask, need_weights, attn_mask,
+                                   average_attn_weights, is_causal)
         x = self._batch("query", query)
         for name, t in (("key", key), ("value", value)):
-            if t is not None and t is not query and not (t.shape == query.shape and torch.equal(t, query)):
+            if t is None or t is query:
+                continue
+            check_tensor(name, t)
+            if not _same_values(t, query):
                 raise ValueError(f"{name} must be the query itself: RelativeMHA is self-attention "
                                  "(relative positions of one sequence)")
+        self._check_dtype("query", x)
         B, n, _ = x.shape
         kpm = canonical_key_padding_mask(key_padding_mask, B, n)
         mask = None
+        causal = False
         if attn_mask is not None:
             check_tensor("attn_mask", attn_mask)
             if attn_mask.shape == (B * self.num_heads, n, n):
@@ -166,10 +273,10 @@ class RelativeMHA(RelativeSelfAttention, _MHAShape):
                                  f"got {tuple(attn_mask.shape)}")
             mask = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask  # SDPA: True = may attend
         elif is_causal:
-            mask = ~_causal(n, x.device)
+            causal = True
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(
             B, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        res = self.attend(q, k, v, None, kpm, mask, False, need_weights=need_weights)
+        res = self.attend(q, k, v, None, kpm, mask, causal, need_weights=need_weights)
         out, weights = res if need_weights else (res, None)
         out = self.out_proj(out.transpose(1, 2).reshape(B, n, self.dim))
         if weights is not None and average_attn_weights:
@@ -254,6 +361,9 @@ class KernelizedMHA(nn.Module, _MHAShape):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, None]:
+        if _any_nested(query, key, value):  # nn.TransformerEncoder's nested fast path (module docstring)
+            return _nested_forward(self, query, key, value, key_padding_mask, need_weights, attn_mask,
+                                   average_attn_weights, is_causal)
         if need_weights:
             raise ValueError("need_weights=True is not supported: kernelized attention never forms the n x n "
                              "attention map (pass need_weights=False)")
@@ -301,6 +411,8 @@ def _from_torch(cls, mha: nn.MultiheadAttention, kwargs: dict):
         raise ValueError("mha must have kdim == vdim == embed_dim (a packed in_proj_weight)")
     if mha.bias_k is not None:
         raise ValueError("mha has add_bias_kv=True, which has no counterpart here")
+    if mha.add_zero_attn:
+        raise ValueError("mha has add_zero_attn=True, which has no counterpart here (a zero key has no position)")
     bias = mha.in_proj_bias is not None
     p = mha.in_proj_weight
     kw = {"bias": bias, "batch_first": mha.batch_first, "device": p.device, "dtype": p.dtype, **kwargs}

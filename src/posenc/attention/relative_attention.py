@@ -24,20 +24,34 @@ which calls ``module(x, positions=positions)``; without positions, token indices
 
 Masks: ``key_padding_mask (B, n)`` bool, True = padded key (as in
 ``nn.MultiheadAttention``); ``attn_mask`` follows ``scaled_dot_product_attention``
-(bool True = may attend, or a float added to the logits), broadcastable to
-``(B, H, n, n)``; ``causal`` / ``is_causal`` mask future keys.
+(bool **True = may attend**, or a float added to the logits), broadcastable to
+``(B, H, n, n)`` -- the opposite of ``nn.MultiheadAttention``'s bool masks, which
+:class:`~posenc.attention.RelativeMHA` keeps; ``causal`` / ``is_causal`` mask future
+keys. A query row that ``attn_mask`` (with the causal mask) leaves no key to attend
+to is an error (the usual sign of a mask in the other convention); a row that only
+padding empties (a left-padded query under a causal mask) attends to all keys
+instead of producing NaN.
+
+Speed: for token indices (no explicit positions) the ``H x n x n`` bias of ALiBi is
+cached per length, dtype and device, and the learned biases are expanded from one
+value per offset (:func:`~posenc.attention.relative_bias.toeplitz_from_offsets`);
+outside autograd (``torch.no_grad()``) their expansion is cached too, keyed by the
+table's version so an optimizer step invalidates it.
 """
 
 from __future__ import annotations
+
+import math
+from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc._checks import check_choice, check_divisible, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_choice, check_divisible, check_positive_int, check_tensor
 from posenc.attention.alibi import alibi_slopes
-from posenc.attention.relative_bias import RelativePositionBias
-from posenc.attention.rotary import RotaryEmbedding, check_positions
+from posenc.attention.relative_bias import RelativePositionBias, toeplitz_from_offsets
+from posenc.attention.rotary import DEFAULT_MAX_SEQ_LEN, RotaryEmbedding, check_positions, xpos_log_range
 from posenc.attention.rotary_nd import AxialRotaryEmbedding, MixedRotaryEmbedding
 
 POSITIONS = ("none", "rope", "xpos", "rope_axial", "rope_mixed", "alibi", "t5", "learned")
@@ -56,6 +70,11 @@ class RelativeSelfAttention(nn.Module):
         rotary_dim: rotated channels per head for ``"rope"``/``"xpos"`` (default all).
         rope_layout: ``"half"`` or ``"interleaved"``.
         xpos_scale_base: xPos scale base (512).
+        xpos_center: the position xPos's exponent is measured from; None (default) = the
+            middle of the positions of each call (see :class:`~posenc.attention.RotaryEmbedding`).
+        rope_scaling: a :class:`~posenc.attention.RopeScaling` for ``"rope"``/``"xpos"``.
+        max_seq_len: positions the RoPE cos/sin table covers from the start (compiled
+            models do not recompile per length below it).
         num_axes: coordinates per position for ``"rope_axial"``.
         num_buckets, max_distance, bidirectional: of the T5 buckets; ``max_distance`` is
             also the clip distance of ``"learned"``. ``bidirectional`` defaults to ``not causal``.
@@ -76,6 +95,9 @@ class RelativeSelfAttention(nn.Module):
         rotary_dim: int | None = None,
         rope_layout: str = "half",
         xpos_scale_base: float = 512.0,
+        xpos_center: float | None = None,
+        rope_scaling=None,
+        max_seq_len: int | None = DEFAULT_MAX_SEQ_LEN,
         num_axes: int = 2,
         num_buckets: int = 32,
         max_distance: int = 128,
@@ -106,7 +128,8 @@ class RelativeSelfAttention(nn.Module):
         if position in ("rope", "xpos"):
             self.rotary = RotaryEmbedding(
                 self.head_dim, rotary_dim=rotary_dim, base=10000.0 if rope_base is None else rope_base,
-                layout=rope_layout, xpos_scale_base=xpos_scale_base if position == "xpos" else None, device=device,
+                layout=rope_layout, xpos_scale_base=xpos_scale_base if position == "xpos" else None,
+                xpos_center=xpos_center, scaling=rope_scaling, max_seq_len=max_seq_len, device=device,
             )
         elif position == "rope_axial":
             self.rotary = AxialRotaryEmbedding(self.head_dim, num_axes, base=100.0 if rope_base is None else rope_base,
@@ -122,6 +145,9 @@ class RelativeSelfAttention(nn.Module):
                 max_distance=max_distance, bidirectional=(not causal) if bidirectional is None else bidirectional,
                 **factory,
             )
+        if rope_scaling is not None and position not in ("rope", "xpos"):
+            raise ValueError(f"rope_scaling needs position='rope' or 'xpos', got position={position!r}")
+        self._bias_cache: OrderedDict = OrderedDict()
 
         self._reset_projections()
 
@@ -171,20 +197,102 @@ class RelativeSelfAttention(nn.Module):
             raise ValueError(f"position={self.position!r} needs positions (..., n, {want}), got {tuple(positions.shape)}")
         return positions
 
-    # ------------------------------------------------------------------ masks
-    def _bias(self, pos: torch.Tensor | None, n: int, device, dtype) -> torch.Tensor | None:
-        """The ``(1 or B, H, n, n)`` position bias of the bias kinds, else None."""
+    # ------------------------------------------------------------------ biases and masks
+    def _cached(self, key: tuple, build):
+        """``build()``, cached under ``key`` (a few entries; none while torch.compile traces)."""
+        if _compiling():
+            return build()
+        hit = self._bias_cache.get(key)
+        if hit is None:
+            hit = build()
+            self._bias_cache[key] = hit
+            while len(self._bias_cache) > 4:
+                self._bias_cache.popitem(last=False)
+        else:
+            self._bias_cache.move_to_end(key)
+        return hit
+
+    def _bias(self, pos: torch.Tensor | None, n: int, device, dtype, causal: bool) -> torch.Tensor | None:
+        """The ``(1 or B, H, n, n)`` position bias of the bias kinds (``-inf`` above the diagonal if causal), else None."""
         if self.position == "alibi":
-            p = torch.arange(n, device=device, dtype=torch.float64) if pos is None else pos[..., 0].to(torch.float64)
+            if pos is None:
+                slopes = self.slopes
+
+                def build():
+                    off = torch.arange(-(n - 1), n, device=device, dtype=torch.float64)
+                    vals = -slopes.to(device=device, dtype=torch.float64)[:, None] * off.abs()
+                    if causal:
+                        vals = vals.masked_fill(off > 0, float("-inf"))
+                    return toeplitz_from_offsets(vals.to(dtype), n, n)[None]
+
+                return self._cached(("alibi", n, device, dtype, causal, slopes._version, slopes.data_ptr()), build)
+            p = pos[..., 0].to(torch.float64)
             dist = (p[..., None, :] - p[..., :, None]).abs()
             bias = -self.slopes.to(torch.float64)[:, None, None] * dist[..., None, :, :]
-            return (bias if bias.dim() == 4 else bias[None]).to(dtype)
+            return self._fold_causal((bias if bias.dim() == 4 else bias[None]).to(dtype), n, causal)
         if self.rel_bias is not None:
-            bias = self.rel_bias(n) if pos is None else self.rel_bias(q_positions=pos[..., 0])
-            return (bias if bias.dim() == 4 else bias[None]).to(dtype)
+            if pos is None:
+                table = self.rel_bias.table
+
+                def build():
+                    return self.rel_bias.toeplitz(n, causal=causal).to(dtype)[None]
+
+                if torch.is_grad_enabled() and table.requires_grad:
+                    return build()  # part of the autograd graph: rebuilt every call (one gather, one copy)
+                return self._cached(("rel", n, device, dtype, causal, table._version, table.data_ptr()), build)
+            bias = self.rel_bias(q_positions=pos[..., 0])
+            return self._fold_causal((bias if bias.dim() == 4 else bias[None]).to(dtype), n, causal)
         return None
 
+    @staticmethod
+    def _fold_causal(bias: torch.Tensor, n: int, causal: bool) -> torch.Tensor:
+        if not causal:
+            return bias
+        fut = torch.ones(n, n, dtype=torch.bool, device=bias.device).triu(1)
+        return bias.masked_fill(fut, float("-inf"))
+
+    def _attn_mask(self, attn_mask: torch.Tensor, B: int, n: int, causal: bool, device, dtype) -> torch.Tensor:
+        """``attn_mask`` (SDPA convention) as an additive float mask; a row it leaves empty is an error."""
+        check_tensor("attn_mask", attn_mask)
+        if attn_mask.dtype == torch.bool:
+            blocked = ~attn_mask
+            am = torch.zeros(attn_mask.shape, device=device, dtype=dtype).masked_fill(blocked.to(device), float("-inf"))
+        elif attn_mask.is_floating_point():
+            am = attn_mask.to(device=device, dtype=dtype)
+            blocked = None
+        else:
+            raise TypeError(f"attn_mask must be bool or floating, got dtype {attn_mask.dtype}")
+        try:
+            torch.broadcast_shapes(am.shape, (B, self.num_heads, n, n))
+        except RuntimeError:
+            raise ValueError(
+                f"attn_mask must broadcast to (B, H, n, n) = ({B}, {self.num_heads}, {n}, {n}), got {tuple(am.shape)}"
+            ) from None
+        if am.shape[-2:] != (n, n):
+            am = am.expand(*am.shape[:-2], n, n)
+        if not _compiling():
+            blocked = torch.isneginf(am) if blocked is None else blocked.to(device).expand(am.shape)
+            if causal:
+                blocked = blocked | torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+            dead = blocked.all(dim=-1)
+            if bool(dead.any()):
+                rows = torch.nonzero(dead.reshape(-1, n).any(0)).flatten()[:5].tolist()
+                raise ValueError(
+                    f"attn_mask leaves no key to attend to for query row(s) {rows}{' ...' if int(dead.sum()) > 5 else ''}"
+                    f"{' (with the causal mask)' if causal else ''}: every row must allow at least one key. Mind the "
+                    "convention: RelativeSelfAttention's bool attn_mask is True = may attend (as "
+                    "scaled_dot_product_attention); RelativeMHA's is True = blocked (as nn.MultiheadAttention)"
+                )
+        return am
+
     def _mask(self, bias, B, n, key_padding_mask, attn_mask, causal, device, dtype):
+        """The additive ``(.., n, n)`` mask (bias, padding, attn_mask, causal), or None when only ``causal`` applies.
+
+        A query row that only padding leaves without keys (a left-padded query under a causal
+        mask) would give 0/0 = NaN in the softmax and in every gradient: it attends to every
+        key instead (its output is padding anyway).
+        """
+        pad = None
         if key_padding_mask is not None:
             check_tensor("key_padding_mask", key_padding_mask)
             if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (B, n):
@@ -192,31 +300,36 @@ class RelativeSelfAttention(nn.Module):
                     f"key_padding_mask must be a bool tensor of shape (B, n) = ({B}, {n}), got "
                     f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
                 )
-            if bool(key_padding_mask.all(dim=-1).any()):
+            if not _compiling() and bool(key_padding_mask.all(dim=-1).any()):
                 raise ValueError("key_padding_mask pads every key of some sample: nothing to attend to")
             pad = torch.zeros(B, 1, 1, n, device=device, dtype=dtype).masked_fill(
-                key_padding_mask[:, None, None, :], float("-inf"))
-            bias = pad if bias is None else bias + pad
-        if causal:
-            fut = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
-            cm = torch.zeros(n, n, device=device, dtype=dtype).masked_fill(fut, float("-inf"))
-            bias = cm if bias is None else bias + cm
-        if attn_mask is not None:
-            check_tensor("attn_mask", attn_mask)
-            if attn_mask.dtype == torch.bool:
-                am = torch.zeros(attn_mask.shape, device=device, dtype=dtype).masked_fill(~attn_mask, float("-inf"))
-            elif attn_mask.is_floating_point():
-                am = attn_mask.to(dtype)
+                key_padding_mask[:, None, None, :].to(device), float("-inf"))
+        am = None if attn_mask is None else self._attn_mask(attn_mask, B, n, causal, device, dtype)
+        if bias is None and pad is None and am is None:
+            return None
+        mask = bias  # the bias kinds fold the causal mask in
+        if bias is None and causal:
+            mask = torch.zeros(n, n, device=device, dtype=dtype).masked_fill(
+                torch.ones(n, n, dtype=torch.bool, device=device).triu(1), float("-inf"))
+        for part in (pad, am):
+            if part is not None:
+                mask = part if mask is None else mask + part
+        if pad is not None:
+            if am is None:
+                # only padding can empty a row: under a causal mask, the rows of a padded prefix
+                lead = key_padding_mask.to(device=device, dtype=torch.uint8).cummin(dim=-1).values.bool()
+                dead = lead[:, None, :, None] if causal else None
             else:
-                raise TypeError(f"attn_mask must be bool or floating, got dtype {attn_mask.dtype}")
-            try:
-                torch.broadcast_shapes(am.shape, (B, self.num_heads, n, n))
-            except RuntimeError:
-                raise ValueError(
-                    f"attn_mask must broadcast to (B, H, n, n) = ({B}, {self.num_heads}, {n}, {n}), got {tuple(am.shape)}"
-                ) from None
-            bias = am if bias is None else bias + am
-        return bias
+                dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+            if dead is not None and (_compiling() or bool(dead.any())):
+                mask = mask.masked_fill(dead, 0.0)
+        return mask
+
+    def _check_dtype(self, name: str, x: torch.Tensor) -> None:
+        w = self.in_proj_weight
+        if x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"{name} has dtype {x.dtype} but the module's parameters are {w.dtype}: convert one of "
+                            f"them (e.g. module.to({x.dtype}) or {name}.to({w.dtype}))")
 
     def forward(
         self,
@@ -226,14 +339,40 @@ class RelativeSelfAttention(nn.Module):
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> torch.Tensor:
+        """``x (B, n, dim)`` -> ``(B, n, dim)``.
+
+        Args:
+            x: the sequence.
+            positions: ``(B, n, P)`` or ``(n, P)`` (``P = 1`` for the 1D kinds); default token indices.
+            key_padding_mask: ``(B, n)`` bool, **True = padded** key.
+            attn_mask: bool **True = may attend** (as ``scaled_dot_product_attention``), or a
+                float added to the logits; broadcastable to ``(B, H, n, n)``.
+            is_causal: mask future keys (as ``causal=True``).
+        """
         check_tensor("x", x)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (B, n, {self.dim}), got {tuple(x.shape)}")
+        self._check_dtype("x", x)
         B, n, _ = x.shape
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(
             B, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         out = self.attend(q, k, v, positions, key_padding_mask, attn_mask, is_causal)
         return self.out_proj(out.transpose(1, 2).reshape(B, n, self.dim))
+
+    def _check_xpos_logits(self, p: torch.Tensor | None, n: int, causal: bool, dtype: torch.dtype) -> None:
+        """Without a causal mask, xPos multiplies the logit of a key ``t`` positions *after* the query by
+        ``zeta ** (-t / scale_base)``: refuse spans where that factor overflows ``dtype``."""
+        if causal or _compiling():
+            return
+        span = float(n - 1) if p is None else float(p.amax() - p.amin())
+        rot = self.rotary
+        e = xpos_log_range(span, rot.rotary_dim, scale_base=rot.xpos_scale_base, gamma=rot.xpos_gamma)
+        if e > math.log(torch.finfo(dtype).max):
+            raise ValueError(
+                f"xPos without a causal mask: a key {span:.0f} positions after its query gets its logit multiplied "
+                f"by e^{e:.0f}, beyond {dtype}'s range; xPos is meant for causal attention (causal=True), or use a "
+                "larger xpos_scale_base or shorter sequences"
+            )
 
     def attend(
         self,
@@ -248,38 +387,49 @@ class RelativeSelfAttention(nn.Module):
     ):
         """Attention of projected ``q, k, v (B, H, n, head_dim)`` with the position term -> ``(B, H, n, head_dim)``.
 
-        With ``need_weights`` the attention probabilities ``(B, H, n, n)`` are computed
-        explicitly and returned too (``(out, weights)``).
+        Masks as in :meth:`forward`. With ``need_weights`` the attention probabilities
+        ``(B, H, n, n)`` are computed explicitly and returned too (``(out, weights)``).
         """
         B, n = q.shape[0], q.shape[-2]
         pos = self._positions(positions, B, n)
+        causal = self.causal or bool(is_causal)
+        out_dtype = q.dtype
+        if self.position == "xpos" and q.dtype in (torch.float16, torch.bfloat16):
+            # xPos scales reach e^+-9.7 (float16's range) only ~4,000 positions from the centre: keep q, k in float32
+            q, k, v = q.float(), k.float(), v.float()
         if self.position in ("rope", "xpos"):
             p = None if pos is None else pos[..., 0][:, None, :]  # (B or 1, 1, n): broadcast over heads
+            if self.position == "xpos":
+                self._check_xpos_logits(p, n, causal, q.dtype)
             q, k = self.rotary(q, k, p, p)
         elif self.position in ("rope_axial", "rope_mixed"):
             q, k = self.rotary(q, k, pos if pos.shape[0] > 1 else pos[0])
-        causal = self.causal or bool(is_causal)
-        bias = self._bias(pos, n, q.device, q.dtype)
         drop = self.dropout if self.training else 0.0
-        mask = None
-        if bias is not None or key_padding_mask is not None or attn_mask is not None or need_weights:
-            mask = self._mask(bias, B, n, key_padding_mask, attn_mask, causal, q.device, q.dtype)
-            if mask is not None:
-                # a query row with every key masked (e.g. a left-padded query under a causal mask) would
-                # give 0/0 = NaN in the softmax and in every gradient: let it attend uniformly instead
-                dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
-                mask = mask.masked_fill(dead, 0.0)
-        if need_weights:
+        if (self.rel_bias is not None and pos is None and key_padding_mask is None and attn_mask is None
+                and not need_weights and torch.is_grad_enabled() and self.rel_bias.table.requires_grad):
+            # training a learned bias: attend over the keys in reverse order, where the bias is a view of
+            # one value per offset (no H x n x n copy forward or backward; the same attention)
+            mask = self.rel_bias.toeplitz(n, causal=causal, keys_reversed=True).to(q.dtype)[None]
+            return F.scaled_dot_product_attention(q, k.flip(-2), v.flip(-2), attn_mask=mask, dropout_p=drop)
+        bias = self._bias(pos, n, q.device, q.dtype, causal)
+        mask = self._mask(bias, B, n, key_padding_mask, attn_mask, causal, q.device, q.dtype)
+        if need_weights or (self.position == "xpos" and mask is not None):
+            # explicit softmax; masked logits are *set* to -inf (not added to: xPos's far-future logits may be inf)
             logits = q @ k.transpose(-1, -2) * (self.head_dim ** -0.5)
             if mask is not None:
-                logits = logits + mask
+                logits = torch.where(torch.isneginf(mask), float("-inf"), logits + mask)
+            elif causal:
+                logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
             weights = torch.softmax(logits, dim=-1)
             if drop:
                 weights = F.dropout(weights, drop)
-            return weights @ v, weights
+            out = (weights @ v).to(out_dtype)
+            return (out, weights.to(out_dtype)) if need_weights else out
         if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=causal)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=causal)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        return out.to(out_dtype)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, num_heads={self.num_heads}, position={self.position!r}, causal={self.causal}"

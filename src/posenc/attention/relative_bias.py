@@ -25,9 +25,11 @@ import math
 import torch
 from torch import nn
 
-from posenc._checks import check_choice, check_finite, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_choice, check_finite, check_has_data, check_positive_int, check_tensor
 
 KINDS = ("t5", "clipped")
+#: Positions a bucketed bias accepts lie strictly within +-MAX_POSITION: offsets between them stay exact in int64.
+MAX_POSITION = 2**62
 
 
 def check_bucket_args(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
@@ -61,12 +63,14 @@ def t5_buckets(
     check_bucket_args(num_buckets, max_distance, bidirectional)
     rel = relative_position.to(torch.int64)
     buckets = torch.zeros_like(rel)
+    # -2**63 has no int64 negation: it is (by far) the largest distance
+    lowest = rel == torch.iinfo(torch.int64).min
     if bidirectional:
         num_buckets //= 2
         buckets = buckets + (rel > 0).to(torch.int64) * num_buckets
-        n = rel.abs()
+        n = torch.where(lowest, torch.iinfo(torch.int64).max, rel.abs())
     else:
-        n = (-rel).clamp_min(0)
+        n = torch.where(lowest, torch.iinfo(torch.int64).max, (-rel).clamp_min(0))
     max_exact = num_buckets // 2
     is_small = n < max_exact
     # log-spaced above max_exact, computed in float32 and truncated (as in the T5 code)
@@ -89,23 +93,43 @@ def clipped_buckets(relative_position: torch.Tensor, max_distance: int) -> torch
 def offsets_from_positions(q_positions: torch.Tensor, k_positions: torch.Tensor | None = None) -> torch.Tensor:
     """Integer offsets ``k_pos[j] - q_pos[i]``: ``(..., n_q), (..., n_k) -> (..., n_q, n_k)``.
 
-    Floating positions must hold integers (e.g. token indices as floats).
+    Floating positions must hold integers (e.g. token indices as floats). Positions
+    must lie strictly within ``+-2**62`` (:data:`MAX_POSITION`), so that every offset
+    between them is exactly representable in int64.
     """
     k_positions = q_positions if k_positions is None else k_positions
     out = []
     for name, p in (("q_positions", q_positions), ("k_positions", k_positions)):
         check_tensor(name, p)
+        check_has_data(name, p)
         if p.dim() == 0:
             raise ValueError(f"{name} must have shape (..., n), got a 0-d tensor")
+        if p.dtype == torch.bool or p.is_complex():
+            raise TypeError(f"{name} must be an integer tensor, got dtype {p.dtype}")
         if p.is_floating_point():
             check_finite(name, p)
             if not bool((p == p.round()).all()):
                 raise ValueError(f"{name} must hold integer positions for a bucketed bias, got fractional values")
+            if bool((p.abs() >= MAX_POSITION).any()):
+                raise ValueError(f"{name} must lie strictly within +-2**62 (offsets between positions must be exact int64), "
+                                 f"got {float(p.abs().max()):g}")
             p = p.round().to(torch.int64)
-        elif p.dtype == torch.bool or p.is_complex():
-            raise TypeError(f"{name} must be an integer tensor, got dtype {p.dtype}")
+        elif not _compiling() and p.numel() and bool(((p.to(torch.int64).abs() >= MAX_POSITION)
+                                                        | (p == torch.iinfo(torch.int64).min)).any()):
+            raise ValueError(f"{name} must lie strictly within +-2**62 (offsets between positions must be exact int64)")
         out.append(p.to(torch.int64))
     return out[1][..., None, :] - out[0][..., :, None]
+
+
+def toeplitz_from_offsets(values: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
+    """``(..., n_q + n_k - 1) -> (..., n_q, n_k)``: ``out[..., i, j] = values[..., j - i + n_q - 1]``.
+
+    A bias that depends on ``j - i`` only, expanded from one value per offset in one
+    copy (an ``unfold`` view, then ``flip``); autograd sums the gradient back per offset.
+    """
+    if values.shape[-1] != n_q + n_k - 1:
+        raise ValueError(f"values must have n_q + n_k - 1 = {n_q + n_k - 1} offsets (last dim), got {values.shape[-1]}")
+    return values.unfold(-1, n_k, 1).flip(-2)
 
 
 class RelativePositionBias(nn.Module):
@@ -160,13 +184,44 @@ class RelativePositionBias(nn.Module):
                 raise ValueError("pass n_q (and n_k) or q_positions")
             check_positive_int("n_q", n_q)
             n_k = n_q if n_k is None else check_positive_int("n_k", n_k)
-            dev = self.table.device
-            offsets = torch.arange(n_k, device=dev)[None, :] - torch.arange(n_q, device=dev)[:, None]
-        else:
-            offsets = offsets_from_positions(q_positions, k_positions)
+            return self.toeplitz(n_q, n_k)
+        offsets = offsets_from_positions(q_positions, k_positions)
         b = self.buckets(offsets.to(self.table.device))
         bias = self.table[:, b]  # (H, ..., n_q, n_k)
         return bias if bias.dim() == 3 else bias.movedim(0, -3)
+
+    def offset_buckets(self, n_q: int, n_k: int) -> torch.Tensor:
+        """The bucket of each offset ``j - i`` from ``-(n_q - 1)`` to ``n_k - 1``: ``(n_q + n_k - 1,)`` int64 (cached)."""
+        if _compiling():  # traced: no Python-side cache (the graph computes it)
+            return self.buckets(torch.arange(-(n_q - 1), n_k, device=self.table.device))
+        key = (n_q, n_k, self.table.device)
+        cache = self.__dict__.setdefault("_offset_cache", {})
+        b = cache.get(key)
+        if b is None:
+            b = self.buckets(torch.arange(-(n_q - 1), n_k, device=self.table.device))
+            if len(cache) >= 8:
+                cache.pop(next(iter(cache)))
+            cache[key] = b
+        return b
+
+    def toeplitz(self, n_q: int, n_k: int | None = None, *, causal: bool = False,
+                 keys_reversed: bool = False) -> torch.Tensor:
+        """The ``(H, n_q, n_k)`` bias for token indices (query ``i`` at ``i``), ``-inf`` above the diagonal if ``causal``.
+
+        One gather of ``n_q + n_k - 1`` values per head and one ``n_q x n_k`` copy
+        (:func:`toeplitz_from_offsets`); differentiable in :attr:`table`. With
+        ``keys_reversed`` the key axis is reversed (``out[:, i, j] = bias[:, i, n_k - 1 - j]``)
+        and the result is a view with no copy at all (``unfold`` of the offsets): attention
+        over keys in reverse order, with this mask, is the same attention.
+        """
+        n_k = n_q if n_k is None else n_k
+        vals = self.table[:, self.offset_buckets(n_q, n_k)]
+        if causal:
+            future = torch.arange(-(n_q - 1), n_k, device=vals.device) > 0
+            vals = vals.masked_fill(future, float("-inf"))
+        if keys_reversed:
+            return vals.flip(-1).unfold(-1, n_k, 1)  # row i, column j' reads offset (n_k - 1 - j') - i
+        return toeplitz_from_offsets(vals, n_q, n_k)
 
     def extra_repr(self) -> str:
         s = f"num_heads={self.num_heads}, kind={self.kind!r}, max_distance={self.max_distance}"

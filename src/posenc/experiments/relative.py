@@ -30,7 +30,9 @@ Variants (the position information and where it enters):
   and ``decay_rpe`` (sums of exponential decays);
 * RoPE context extension at test time on the trained ``rope`` model (no retraining):
   ``rope+linear`` (position interpolation), ``rope+ntk``, ``rope+yarn``, each set to
-  the test length.
+  the test length. YaRN is the authors' code's (ramp linear in the pair index); the
+  ``rope`` jobs carry it in their config (:class:`RopeLengthConfig`), so a change of
+  YaRN's reading recomputes exactly those jobs.
 
 Every run reports its accuracy at the training length; a variant that does not
 reach ``converged_at`` there has not learned the task, and its transfer numbers
@@ -86,6 +88,18 @@ class LengthConfig:
     kernel_features: int = 32
     converged_at: float = 0.95
     threads: int = 1
+
+
+@dataclass(frozen=True)
+class RopeLengthConfig(LengthConfig):
+    """A ``rope`` run, which also tests context extension at test time.
+
+    ``yarn_ramp``: the YaRN reading (:class:`posenc.attention.RopeScaling`); ``"dims"`` is
+    the authors' code and HF's. Only ``rope`` jobs hold this field, so their stored results
+    (and no others) are recomputed when it changes.
+    """
+
+    yarn_ramp: str = "dims"
 
 
 # ------------------------------------------------------------------ data
@@ -195,7 +209,8 @@ def run_length(cfg: LengthConfig) -> dict:
             for kind in EXTENSIONS:
                 ext = {}
                 for n in lengths:
-                    set_rope_scaling(model, RopeScaling(kind, L, n))
+                    ramp = getattr(cfg, "yarn_ramp", "dims")
+                    set_rope_scaling(model, RopeScaling(kind, L, n, yarn_ramp=ramp))
                     ext[str(n)] = accuracy(model, cfg, n, cfg.seed)
                 set_rope_scaling(model, None)
                 out["extended"][kind] = ext
@@ -229,6 +244,8 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
         for v in variants:
             for s in range(n_seeds):
                 cfg = dataclasses.replace(base, variant=v, task=task, seed=s)
+                if v == "rope":
+                    cfg = RopeLengthConfig(**dataclasses.asdict(cfg))
                 jobs.append(Job(f"{task}.{v}.s{s}", run_length, cfg, 2.0 if v in KERNELIZED else 1.0))
     return jobs
 
