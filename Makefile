@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all]"
+	# timm for tests/test_timm_interop.py, without torchvision (no build of it loads beside CPU torch)
+	$(BIN)/python -m pip install --quiet -c constraints.txt --no-deps timm
 	touch $(STAMP)
 
 install: $(STAMP)
