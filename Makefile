@@ -9,7 +9,7 @@ OUT ?= runs/demo
 
 VENV_OLDEST ?= .venv-oldest
 
-.PHONY: demo test test-oldest bench install clean
+.PHONY: demo test test-oldest bench install clean docs support results
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,5 +39,18 @@ test-oldest:
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks --out benchmarks/results
 
+# The API reference and guides as a static site in site/ (mkdocs + Material + mkdocstrings, offline).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# docs/api/support.md: torch.compile / torch.export / TorchScript, re-probed for every public module.
+support: $(STAMP)
+	$(BIN)/python -m tools.support
+
+# docs/results.md from the report summaries of $(OUT) (copied to docs/data/ when $(OUT) exists)
+# and benchmarks/results/*.json: run after `make demo` and `make bench`.
+results: $(STAMP)
+	$(BIN)/python -m tools.results --runs $(OUT)
+
 clean:
-	rm -rf $(VENV) $(VENV_OLDEST) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_OLDEST) runs site .pytest_cache
