@@ -34,7 +34,7 @@ test: $(STAMP)
 # run on a CPU. Tests that need a newer torch skip, naming the version.
 test-oldest:
 	test -x $(VENV_OLDEST)/bin/python || $(PYTHON) -m venv $(VENV_OLDEST)
-	$(VENV_OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt torch
+	$(VENV_OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt torch "setuptools>=77"
 	$(VENV_OLDEST)/bin/python -m pip install --quiet -c constraints-oldest.txt -e ".[all]"
 	nice -n 10 $(VENV_OLDEST)/bin/python -m pytest -n 2 -q
 
