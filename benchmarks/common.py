@@ -24,7 +24,19 @@ def environment() -> dict:
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        # 1, 5 and 15 min load averages when the benchmark started (timings are noisy on a busy machine)
+        "load_average": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "command": command(),
     }
+
+
+def command() -> str:
+    """The command line that is running, as typed: ``python -m benchmarks cape`` (docs/results.md shows it)."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    head = f"python -m {spec.name.removesuffix('.__main__')}" if spec is not None else f"python {sys.argv[0]}"
+    return " ".join([head, *sys.argv[1:]])
 
 
 def timeit(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1, min_time: float = 0.0) -> dict:

@@ -1,29 +1,38 @@
-"""Interoperability with timm's Vision Transformers (``pos_embed`` tensors).
+"""Interoperability with timm's Vision Transformers (``pos_embed`` tensors and the ``_pos_embed`` step).
 
 timm (``timm.models.vision_transformer.VisionTransformer``) keeps its absolute
 position embedding as one parameter ``pos_embed`` of shape
 ``(1, num_prefix_tokens + H * W, D)`` when the prefix (class / register) tokens
 carry a position, or ``(1, H * W, D)`` when they do not (``no_embed_class=True``);
 the patch rows are in row-major order of the ``H x W`` patch grid
-(``patch_embed.grid_size``). These helpers convert between that layout and posenc:
+(``patch_embed.grid_size``). Its ``_pos_embed(x)`` step adds that table to the
+patch tokens and concatenates the prefix tokens (``x`` arrives ``(B, H, W, D)``
+with ``dynamic_img_size=True``, ``(B, H*W, D)`` otherwise). These helpers connect
+that layout with posenc:
 
+* :func:`set_pos_encoding` -- make any posenc encoding the model's position
+  embedding, evaluated on the current patch grid at every forward pass: its
+  parameters train with the model (LFF), it augments in training mode and is
+  deterministic in evaluation mode (CAPE), it follows ``dynamic_img_size``, and
+  the prefix tokens keep their learned position rows; :func:`remove_pos_encoding`
+  undoes it;
 * :func:`learned_table_from_pos_embed` -- a timm ``pos_embed`` as a
   :class:`~posenc.encodings.LearnedTableEncoding` (plus the prefix rows), so a
   checkpoint's table can be resampled, analysed or trained with posenc;
 * :func:`pos_embed_from_table` -- back to timm's layout;
 * :func:`pos_embed_from_encoding` -- any posenc encoding evaluated on a patch grid
-  in timm's layout (e.g. CAPE, LFF or 2D sinusoids in place of a learned table);
-* :func:`replace_pos_embed` -- write that into a timm-like model's ``pos_embed``
-  (returning the old one, to put back).
+  in timm's layout (a fixed snapshot);
+* :func:`replace_pos_embed` -- write that snapshot into a timm-like model's
+  ``pos_embed`` (returning the old one, to put back).
 
 Resampling a table the way timm's ``resample_abs_pos_embed`` does by default
 (bicubic, ``antialias=True``) is ``LearnedTableEncoding(..., interpolation="bicubic",
 antialias=True)``.
 
-timm itself is not a dependency; the layout above is timm's documented one (timm
-1.0). timm could not be installed beside the CPU build of torch on the machine
-that tests posenc (its torchvision dependency has no CPU build for torch 2.13
-there), so these helpers are tested against that layout, not against timm.
+timm itself is not a dependency. ``tests/test_timm_interop.py`` checks these helpers
+against timm's own ``VisionTransformer`` and ``resample_abs_pos_embed`` (timm 1.0)
+where timm is installed; ``tests/test_interop.py`` checks them against timm's
+documented layout everywhere.
 """
 
 from __future__ import annotations
@@ -33,6 +42,16 @@ from torch import nn
 
 from posenc._checks import check_choice, check_positive_int, check_tensor
 from posenc.encodings.learnable import LearnedTableEncoding
+
+__all__ = [
+    "TimmPositionEncoding",
+    "learned_table_from_pos_embed",
+    "pos_embed_from_encoding",
+    "pos_embed_from_table",
+    "remove_pos_encoding",
+    "replace_pos_embed",
+    "set_pos_encoding",
+]
 
 
 def _grid(grid_size) -> tuple[int, int]:
@@ -146,9 +165,9 @@ def replace_pos_embed(model: nn.Module, encoding: nn.Module, *, positions: str =
 
     The model needs ``pos_embed`` (a parameter ``(1, P + H*W, D)`` or ``(1, H*W, D)``) and
     ``patch_embed.grid_size``; the prefix rows keep their values. The encoding is
-    evaluated once (a fixed embedding; to train an encoding's own parameters, call this
-    after each step or use posenc's :class:`~posenc.models.TinyViT`). Put the old values
-    back with ``model.pos_embed.data.copy_(old)``.
+    evaluated once (a fixed snapshot: its own parameters get no gradient and CAPE does
+    not augment; :func:`set_pos_encoding` evaluates it at every forward pass instead).
+    Put the old values back with ``model.pos_embed.data.copy_(old)``.
     """
     pe = getattr(model, "pos_embed", None)
     grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
@@ -168,3 +187,171 @@ def replace_pos_embed(model: nn.Module, encoding: nn.Module, *, positions: str =
     with torch.no_grad():
         pe.copy_(new.to(pe))
     return old
+
+
+def _patch_rows(encoding: nn.Module, h: int, w: int, positions: str, batch: int, like: torch.Tensor) -> torch.Tensor:
+    """The encoding on an ``h x w`` patch grid: ``(H*W, D)``, or ``(batch, H*W, D)`` for an
+    encoding that draws per sample in training mode (CAPE)."""
+    from posenc.models.vit import patch_positions
+
+    if isinstance(encoding, LearnedTableEncoding):
+        return encoding.table((h, w))
+    ref = next(iter(encoding.parameters()), None)
+    if ref is None or not ref.is_floating_point():
+        ref = like
+    dtype = ref.dtype if ref.dtype in (torch.float32, torch.float64) else torch.float32
+    pos = patch_positions(h, w, positions, domain=getattr(encoding, "domain", (-1.0, 1.0)),
+                          device=like.device, dtype=dtype)
+    if getattr(encoding, "per_sample_positions", False) and encoding.training:
+        pos = pos.expand(batch, *pos.shape)  # one global shift / scale per image
+    return encoding(pos)
+
+
+class TimmPositionEncoding(nn.Module):
+    """A posenc encoding as a timm ViT's position embedding (installed by :func:`set_pos_encoding`).
+
+    ``patch tokens (B, H*W, D) -> (B, H*W, D)`` plus the encoding of the ``H x W`` grid;
+    prefix tokens ``(B, P, D)`` get the learned rows :attr:`prefix_pos_embed` ``(1, P, D)``
+    (``None`` when the model gives them no position, ``no_embed_class=True``).
+
+    Args:
+        encoding: a 2D posenc encoding (``in_dim == 2``, ``out_dim == D``); trained with the model.
+        prefix_pos_embed: ``(1, P, D)`` initial rows of the prefix tokens, or ``None``.
+        positions: ``"continuous"`` (patch centres in the encoding's ``domain``, ``[-1, 1]``
+            without one: the image's extent whatever its size, so a larger image samples
+            the same extent more densely) or ``"index"`` (integer ``(row, col)``).
+        saved_pos_embed: the model's original ``pos_embed``, kept (not trained, not saved in
+            the state dict) for :func:`remove_pos_encoding`.
+    """
+
+    def __init__(
+        self,
+        encoding: nn.Module,
+        prefix_pos_embed: torch.Tensor | None = None,
+        *,
+        positions: str = "continuous",
+        saved_pos_embed: torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(encoding, nn.Module):
+            raise TypeError(f"encoding must be an nn.Module (a posenc encoding), got {type(encoding).__name__}")
+        if getattr(encoding, "in_dim", None) != 2:
+            raise ValueError(f"encoding must take 2D positions (in_dim=2), got in_dim={getattr(encoding, 'in_dim', None)}")
+        self.encoding = encoding
+        self.positions = check_choice("positions", positions, ("continuous", "index"))
+        if prefix_pos_embed is not None:
+            check_tensor("prefix_pos_embed", prefix_pos_embed)
+            if prefix_pos_embed.dim() != 3 or prefix_pos_embed.shape[0] != 1:
+                raise ValueError(f"prefix_pos_embed must have shape (1, P, D), got {tuple(prefix_pos_embed.shape)}")
+            prefix_pos_embed = nn.Parameter(prefix_pos_embed.detach().clone())
+        self.prefix_pos_embed = prefix_pos_embed
+        self.register_buffer("saved_pos_embed", None if saved_pos_embed is None else saved_pos_embed.detach().clone(),
+                             persistent=False)
+
+    def patch_embedding(self, h: int, w: int, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """``(1 or B, H*W, D)``: the encoding of an ``h x w`` patch grid, in ``like``'s dtype."""
+        rows = _patch_rows(self.encoding, h, w, self.positions, batch, like)
+        return (rows if rows.dim() == 3 else rows[None]).to(like.dtype)
+
+    def forward(self, patches: torch.Tensor, grid: tuple[int, int], prefix: list[torch.Tensor]) -> torch.Tensor:
+        """``patches (B, H*W, D)``, ``grid = (H, W)``, prefix tokens ``[(B, p_i, D), ...]`` -> ``(B, P + H*W, D)``."""
+        h, w = grid
+        if patches.dim() != 3 or patches.shape[1] != h * w:
+            raise ValueError(f"patches must have shape (B, {h}*{w}, D), got {tuple(patches.shape)}")
+        x = patches + self.patch_embedding(h, w, patches.shape[0], patches)
+        if not prefix:
+            return x
+        tokens = torch.cat(prefix, dim=1)
+        if self.prefix_pos_embed is not None:
+            if self.prefix_pos_embed.shape[1] != tokens.shape[1]:
+                raise ValueError(f"the model has {tokens.shape[1]} prefix tokens, prefix_pos_embed has "
+                                 f"{self.prefix_pos_embed.shape[1]} rows")
+            tokens = tokens + self.prefix_pos_embed.to(tokens.dtype)
+        return torch.cat((tokens, x), dim=1)
+
+    def extra_repr(self) -> str:
+        p = 0 if self.prefix_pos_embed is None else self.prefix_pos_embed.shape[1]
+        return f"positions={self.positions!r}, prefix_rows={p}"
+
+
+def _timm_pos_embed(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """timm's ``VisionTransformer._pos_embed`` with the position table replaced by ``model.posenc_pos_embed``."""
+    if getattr(model, "dynamic_img_size", False) and x.dim() == 4:
+        b, h, w, c = x.shape
+        x = x.reshape(b, h * w, c)
+    else:
+        h, w = _grid(model.patch_embed.grid_size)
+    prefix = [tok.expand(x.shape[0], -1, -1) for tok in (getattr(model, "cls_token", None),
+                                                         getattr(model, "reg_token", None)) if tok is not None]
+    x = model.posenc_pos_embed(x, (h, w), prefix)
+    drop = getattr(model, "pos_drop", None)
+    return drop(x) if drop is not None else x
+
+
+def set_pos_encoding(model: nn.Module, encoding: nn.Module, *, positions: str = "continuous") -> TimmPositionEncoding:
+    """Make ``encoding`` the position embedding of a timm ``VisionTransformer``, recomputed at every forward.
+
+    The model's ``pos_embed`` table is set to ``None`` (timm's own "no position table"
+    state) and its ``_pos_embed`` step adds ``encoding`` evaluated on the current patch
+    grid instead, so:
+
+    * the encoding's parameters are the model's (``model.posenc_pos_embed.encoding``):
+      they are in ``model.parameters()`` and the state dict, and get gradients (LFF);
+    * in training mode an augmenting encoding draws anew at every step, one draw per
+      image (CAPE); in evaluation mode the embedding is deterministic;
+    * with ``dynamic_img_size=True`` the grid follows each input's size (the encoding is
+      evaluated on that grid, never resampled);
+    * the prefix tokens (class and register tokens) keep the position rows they had in
+      ``pos_embed``, as a trainable ``(1, P, D)`` parameter, or get none when the model
+      was built with ``no_embed_class=True`` (timm's layout).
+
+    Args:
+        model: a timm ``VisionTransformer`` (``pos_embed``, ``patch_embed.grid_size``,
+            ``cls_token`` / ``reg_token``, ``no_embed_class``, ``dynamic_img_size``,
+            ``pos_drop``); models built the same way (the same ``_pos_embed`` contract) work too.
+        encoding: a 2D posenc encoding whose ``out_dim`` is the model width.
+        positions: ``"continuous"`` or ``"index"`` (see :class:`TimmPositionEncoding`).
+
+    Returns:
+        the installed :class:`TimmPositionEncoding` (also ``model.posenc_pos_embed``).
+
+    Example::
+
+        model = timm.create_model("vit_small_patch16_224", dynamic_img_size=True)
+        set_pos_encoding(model, create_encoding("lff", in_dim=2, num_features=384))
+    """
+    pe = getattr(model, "pos_embed", None)
+    grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    if not isinstance(model, nn.Module) or grid is None or not hasattr(model, "pos_embed"):
+        raise TypeError("model must be a timm VisionTransformer (pos_embed and patch_embed.grid_size)")
+    if hasattr(model, "posenc_pos_embed"):
+        raise ValueError("model already has a posenc position encoding; call remove_pos_encoding(model) first")
+    if not isinstance(pe, torch.Tensor):
+        raise ValueError("model.pos_embed is None (built with pos_embed='none'): there is no position step to replace")
+    h, w = _grid(grid)
+    width = pe.shape[-1]
+    if getattr(encoding, "out_dim", None) != width:
+        raise ValueError(f"encoding out_dim must equal the model width {width}, got {getattr(encoding, 'out_dim', None)}")
+    n_prefix = pe.shape[1] - h * w
+    expected = 0 if getattr(model, "no_embed_class", False) else int(getattr(model, "num_prefix_tokens", n_prefix))
+    if n_prefix != expected:
+        raise ValueError(f"model.pos_embed has {pe.shape[1]} rows; expected {expected} prefix rows + {h}x{w} patches")
+    prefix = pe[:, :n_prefix] if n_prefix else None
+    hook = TimmPositionEncoding(encoding, prefix, positions=positions, saved_pos_embed=pe)
+    hook.to(device=pe.device)
+    model.posenc_pos_embed = hook
+    model.pos_embed = None
+    model._pos_embed = _timm_pos_embed.__get__(model)  # this instance only
+    return hook
+
+
+def remove_pos_encoding(model: nn.Module) -> TimmPositionEncoding:
+    """Undo :func:`set_pos_encoding`: put the original ``pos_embed`` back; return the removed module."""
+    hook = getattr(model, "posenc_pos_embed", None)
+    if not isinstance(hook, TimmPositionEncoding):
+        raise ValueError("model has no posenc position encoding (set_pos_encoding was not called)")
+    del model.posenc_pos_embed
+    model.__dict__.pop("_pos_embed", None)
+    saved = hook.saved_pos_embed
+    model.pos_embed = nn.Parameter(saved.clone())
+    return hook

@@ -122,6 +122,9 @@ def test_causal_encoder_and_compile():
     compiled = torch.compile(enc, backend="eager")
     torch.testing.assert_close(compiled(x, mask=mask, is_causal=True), ref)
     kern = _encoder(KernelizedMHA(16, 4, batch_first=True, num_features=16, causal=True))
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5):
+        pytest.skip("needs torch >= 2.5: under torch 2.4.1, torch.compile of this encoder crashes the interpreter "
+                    "(a segfault in TorchDynamo's fake-tensor deepcopy; passes with 2.13, 2.5-2.12 not tried)")
     out = torch.compile(kern, backend="eager")(x, mask=mask, is_causal=True)
     torch.testing.assert_close(out, kern(x, mask=mask, is_causal=True))
 

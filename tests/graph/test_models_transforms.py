@@ -71,3 +71,96 @@ def test_add_anchor_pe_bad_input():
         AddAnchorPE(5)(Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2))
     with pytest.raises(ValueError, match="edge_index"):
         AddAnchorPE(1)(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2))
+
+
+def _two_components():
+    # a path 0-1-2 and a separate edge 3-4: nodes 3, 4 cannot reach 0, 1, 2
+    ei = torch.tensor([[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]])
+    return Data(edge_index=ei, num_nodes=5)
+
+
+def test_add_anchor_pe_distance_is_finite_for_unreachable_nodes():
+    data = _two_components()
+    t = AddAnchorPE(5, seed=0, encoding="distance")
+    pe = t(data.clone()).anchor_pe
+    ref = anchor_distances(data.edge_index, 5, random_anchors(5, 5, generator=0))
+    assert torch.isinf(ref).any()                                  # the graph does have unreachable pairs
+    assert torch.isfinite(pe).all()
+    torch.testing.assert_close(pe[torch.isfinite(ref)], ref[torch.isfinite(ref)])
+    assert torch.equal(pe[torch.isinf(ref)], torch.full_like(pe[torch.isinf(ref)], 5.0))  # default: n
+    cut = AddAnchorPE(5, seed=0, encoding="distance", max_distance=1)(data.clone()).anchor_pe
+    ref_cut = anchor_distances(data.edge_index, 5, random_anchors(5, 5, generator=0), max_distance=1)
+    assert torch.equal(cut, torch.where(torch.isinf(ref_cut), 2.0, ref_cut))  # default with a cutoff: L + 1
+    own = AddAnchorPE(5, seed=0, encoding="distance", unreachable=-1)(data.clone()).anchor_pe
+    assert torch.equal(own, torch.where(torch.isinf(ref), -1.0, ref))
+    with pytest.raises(ValueError, match="unreachable"):
+        AddAnchorPE(encoding="distance", unreachable=float("inf"))
+    with pytest.raises(ValueError, match="unreachable"):
+        AddAnchorPE(encoding="inverse", unreachable=0.0)
+    with pytest.raises(TypeError, match="unreachable"):
+        AddAnchorPE(encoding="distance", unreachable="far")
+
+
+def test_add_anchor_pe_clamp_pads_missing_anchors_as_unreachable():
+    small = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    with pytest.raises(ValueError, match="num_anchors"):
+        AddAnchorPE(4)(small.clone())
+    inv = AddAnchorPE(4, clamp=True, seed=3)(small.clone())
+    assert inv.anchor_pe.shape == (2, 4) and inv.anchor_index.numel() == 2
+    assert sorted(inv.anchor_index.tolist()) == [0, 1]             # every node is an anchor
+    d = anchor_distances(small.edge_index, 2, inv.anchor_index)
+    torch.testing.assert_close(inv.anchor_pe[:, :2], 1.0 / (d + 1.0))
+    assert torch.equal(inv.anchor_pe[:, 2:], torch.zeros(2, 2))     # unreachable: s = 0
+    dist = AddAnchorPE(4, clamp=True, seed=3, encoding="distance")(small.clone()).anchor_pe
+    assert torch.equal(dist[:, 2:], torch.full((2, 2), 2.0))        # n = 2
+    oh = AddAnchorPE(4, clamp=True, seed=3, encoding="onehot", max_distance=1)(small.clone()).anchor_pe
+    assert oh.shape == (2, 4 * 3) and torch.equal(oh.view(2, 4, 3)[:, 2:, 2], torch.ones(2, 2))
+    # graphs of mixed sizes batch: same width everywhere
+    from torch_geometric.data import Batch
+
+    t = AddAnchorPE(4, clamp=True, seed=0)
+    big = Data(edge_index=nx_edge_index(nx.path_graph(6)), num_nodes=6)
+    batch = Batch.from_data_list([t(small.clone()), t(big)])
+    assert batch.anchor_pe.shape == (8, 4)
+    # a graph with enough nodes is not affected by clamp
+    torch.testing.assert_close(AddAnchorPE(4, clamp=True, seed=0)(big.clone()).anchor_pe,
+                               AddAnchorPE(4, seed=0)(big.clone()).anchor_pe)
+
+
+def test_add_anchor_pe_resample_draws_new_anchors_each_call(grid):
+    ei, n = grid
+    data = Data(edge_index=ei, num_nodes=n)
+    fixed = AddAnchorPE(4, seed=0)
+    assert torch.equal(fixed(data.clone()).anchor_index, fixed(data.clone()).anchor_index)
+    t = AddAnchorPE(4, seed=0, resample=True)
+    draws = [t(data.clone()).anchor_index for _ in range(4)]
+    assert len({tuple(d.tolist()) for d in draws}) > 1                  # 16 choose 4 draws: not all equal
+    # reproducible: the same seed gives the same sequence, and each draw is what random_anchors gives
+    again = AddAnchorPE(4, seed=0, resample=True)
+    for d in draws:
+        assert torch.equal(again(data.clone()).anchor_index, d)
+    gen = torch.Generator().manual_seed(0)
+    assert torch.equal(draws[0], random_anchors(n, 4, generator=gen))
+    assert torch.equal(draws[1], random_anchors(n, 4, generator=gen))
+    # set_epoch: the draws depend on (seed, epoch) only, not on what was drawn before
+    a, b = AddAnchorPE(4, seed=0, resample=True), AddAnchorPE(4, seed=0, resample=True)
+    a(data.clone()), a(data.clone())
+    a.set_epoch(3), b.set_epoch(3)
+    assert torch.equal(a(data.clone()).anchor_index, b(data.clone()).anchor_index)
+    with pytest.raises(ValueError, match="epoch"):
+        a.set_epoch(-1)
+    with pytest.raises(TypeError, match="resample"):
+        AddAnchorPE(resample=1)
+
+
+def test_add_anchor_pe_repr_names_every_setting():
+    r = repr(AddAnchorPE(3, attr_name="pe", symmetrize=True))
+    assert "attr_name='pe'" in r and "symmetrize=True" in r and "num_anchors=3" in r
+    assert "clamp" not in r                                           # defaults stay out of the way
+    r = repr(AddAnchorPE(3, encoding="distance", clamp=True, resample=True, unreachable=-1.0))
+    assert "clamp=True" in r and "resample=True" in r and "unreachable=-1.0" in r
+    assert "attr_name=None" in repr(AddAnchorPE(attr_name=None))
+    with pytest.raises(ValueError, match="attr_name"):
+        AddAnchorPE(attr_name="anchor pe")
+    with pytest.raises(ValueError, match="seed"):
+        AddAnchorPE(seed=-1)

@@ -330,6 +330,9 @@ def run_section(
         "compute_seconds": sum(v for v in job_seconds.values() if v),
         "wall_seconds_this_run": time.perf_counter() - start,
         "computed_seconds_this_run": state["computed_s"],
+        # when the summary was made and how busy the machine was (1, 5, 15 min), for docs/results.md
+        "finished": _dt.datetime.now().isoformat(timespec="seconds"),
+        "load_average": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "summary": summary,
         "markdown": markdown,
         "jobs": job_seconds,

@@ -1,0 +1,236 @@
+"""``docs/results.md``: the reproduction report and the benchmarks, generated from saved data.
+
+``python -m tools.results [--runs runs/demo] [--check]`` (``make results``):
+
+1. with ``--runs DIR`` (a ``posenc reproduce`` run directory that exists), each finished
+   section's summary record ``DIR/<section>.json`` is copied to ``docs/data/<section>.json``
+   (the committed snapshot; its rendered markdown is left out: it is rendered again here);
+2. the page is rendered from ``docs/data/*.json`` with each section's own renderer
+   (:mod:`posenc.report`) and from ``benchmarks/results/*.json`` with
+   :mod:`benchmarks.tables`; the sections' figures are written to ``docs/figures/``.
+
+No number on the page is typed by hand: each comes from a saved record, shown with the date
+it was produced, the machine's load average then (where recorded) and the command that
+produced it. ``--check`` renders without writing anything and exits 1 when the committed page
+differs (``tests/test_results_page.py`` does the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data"
+FIGURES = ROOT / "docs" / "figures"
+BENCH = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "results.md"
+
+#: What a snapshot keeps of a section record (the rendered markdown is rendered again).
+DROP = ("markdown",)
+
+
+def snapshot(runs: Path, data: Path = DATA) -> list[str]:
+    """Copy every finished section record of the run directory ``runs`` to ``data``; return their names."""
+    from posenc.report.registry import SECTIONS
+
+    copied = []
+    for name in SECTIONS:
+        src = runs / f"{name}.json"
+        if not src.exists():
+            continue
+        record = json.loads(src.read_text(encoding="utf-8"))
+        record = {k: v for k, v in record.items() if k not in DROP}
+        data.mkdir(parents=True, exist_ok=True)
+        (data / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        copied.append(name)
+    return copied
+
+
+# --------------------------------------------------------------------------- provenance
+def _load(load: Any) -> str:
+    if isinstance(load, (list, tuple)) and len(load) == 3:
+        return " / ".join(f"{v:.1f}" for v in load)
+    return "not recorded"
+
+
+def _date(record: dict) -> str:
+    finished = record.get("finished")
+    return finished.replace("T", " ") if finished else "not recorded"
+
+
+def _bench_command(stem: str, result: dict) -> str:
+    env = result.get("environment", {})
+    if env.get("command"):
+        return env["command"]
+    name = result.get("benchmark", stem)
+    if stem == name:
+        return f"python -m benchmarks {name}"
+    # a device's cases run alone (benchmarks/bench_<name>.py's own command line)
+    device = next((k for k in ("cuda", "mps", "xpu") if k in result), None)
+    if device:
+        return f"python -m benchmarks.bench_{name} --device {device} --out benchmarks/results/{stem}.json"
+    return f"python -m benchmarks {name} (saved as {stem}.json)"
+
+
+# --------------------------------------------------------------------------- claims
+def _claim_cell(claim: Any) -> str:
+    """A claim's verdict, and how its paired comparisons came out when it has several."""
+    from posenc.cli import _claim_word
+
+    word = _claim_word(claim)
+    if isinstance(claim, dict) and isinstance(claim.get("comparisons"), list) and len(claim["comparisons"]) > 1:
+        verdicts = [c.get("verdict") for c in claim["comparisons"]]
+        counts = {v: verdicts.count(v) for v in ("holds", "not confirmed at this scale", "contradicted")}
+        word += (f" ({counts['holds']} of {len(verdicts)} comparisons hold, {counts['not confirmed at this scale']} "
+                 f"not confirmed, {counts['contradicted']} contradicted)")
+    return word
+
+
+def _claims(records: dict[str, dict]) -> list[list[str]]:
+    rows = []
+    for name, rec in records.items():
+        summary = rec.get("summary")
+        claims = summary.get("claims", {}) if isinstance(summary, dict) else {}
+        rows += [[f"`{name}`", f"`{claim}`", _claim_cell(value)] for claim, value in claims.items()]
+    return rows
+
+
+# --------------------------------------------------------------------------- rendering
+def _demote(markdown: str, levels: int) -> str:
+    """Push every heading ``levels`` deeper (a section's report sits under this page's headings)."""
+    return re.sub(r"^(#{1,6}) ", lambda m: "#" * min(6, len(m.group(1)) + levels) + " ", markdown, flags=re.M)
+
+
+def render_sections(records: dict[str, dict], figures: Path | None) -> dict[str, str]:
+    """Each section's markdown from its summary; figures saved under ``figures`` (``None``: not saved)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posenc.report.registry import get_section
+
+    out = {}
+    for name, rec in records.items():
+        def save(fig_name: str, figure: Any, name: str = name) -> str:
+            fname = f"{name}_{fig_name}.png"
+            if figures is not None:
+                buf = io.BytesIO()
+                figure.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+                figures.mkdir(parents=True, exist_ok=True)
+                (figures / fname).write_bytes(buf.getvalue())
+            plt.close(figure)
+            return f"figures/{fname}"
+
+        out[name] = get_section(name).render(rec["summary"], save)
+    return out
+
+
+def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = None) -> str:
+    """The whole page, from the snapshot in ``data`` and the benchmark results in ``bench``."""
+    from posenc.report.registry import SECTIONS
+    from posenc.report.tables import markdown_table
+
+    sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None
+    from benchmarks.tables import FORMATTERS
+
+    records = {name: json.loads((data / f"{name}.json").read_text(encoding="utf-8"))
+               for name in SECTIONS if (data / f"{name}.json").exists()}
+    lines = [
+        "# Results",
+        "",
+        "<!-- generated by `make results` (python -m tools.results) from docs/data/*.json and "
+        "benchmarks/results/*.json: do not edit by hand -->",
+        "",
+        "Every number on this page comes from a saved record: the reproduction report's summaries "
+        "(`make demo` = `posenc reproduce --profile quick --out runs/demo --workers 2`, copied to "
+        "`docs/data/` by `make results`) and the benchmarks' results (`make bench`, "
+        "`benchmarks/results/*.json`). Each part gives the date it was produced, the machine's load average "
+        "then (1 / 5 / 15 min, where recorded; the machine has the cores listed with each record) and its "
+        "command. The quick profile is small and short: read \"not confirmed\" as \"not confirmed at this "
+        "scale\"; the guides hold the longer `full`-profile runs.",
+        "",
+    ]
+    if records:
+        rows = []
+        for name, rec in records.items():
+            v = rec.get("versions", {})
+            jobs = rec.get("jobs") or {}
+            wall = rec.get("wall_seconds_this_run")
+            rows.append([f"[`{name}`](#{name})", rec.get("profile", ""), len(jobs),
+                         f"{rec.get('compute_seconds', 0):.0f}", "–" if wall is None else f"{wall:.0f}",
+                         f"{rec.get('quick_budget_s', 0):.0f}",
+                         _date(rec), _load(rec.get("load_average")),
+                         f"torch {v.get('torch', '?')}, {v.get('cpus', '?')} CPUs", f"`{rec.get('command') or ''}`"])
+        lines += ["## Reproduction report", "",
+                  markdown_table(["section", "profile", "jobs", "compute (s)", "wall (s)", "quick budget (s)",
+                                  "finished", "load average", "machine", "command"], rows), "",
+                  "`compute` adds up the seconds of every job (as they were measured, whenever they ran); `wall` is "
+                  "the time the section took in the run that finished it (jobs already done were skipped).", ""]
+        claims = _claims(records)
+        if claims:
+            lines += ["### Claims checked", "",
+                      "Verdicts as `posenc reproduce` reads them from each claim's paired per-seed differences "
+                      "(yes / no for the claims that are single checks):", "",
+                      markdown_table(["section", "claim", "verdict"], claims), ""]
+        for name, body in render_sections(records, figures).items():
+            rec = records[name]
+            lines += [f'<a id="{name}"></a>', "", f"### {rec['title']}", "",
+                      f"*Produced by `{rec.get('command') or 'posenc reproduce'}` ({rec.get('profile', '')} profile), "
+                      f"finished {_date(rec)}, load average {_load(rec.get('load_average'))}.*", "",
+                      _demote(body.rstrip(), 2), ""]
+    results = sorted(bench.glob("*.json"))
+    if results:
+        lines += ["## Performance (`make bench`)", "",
+                  "Tables printed by `python -m benchmarks.tables` from `benchmarks/results/*.json`; each area's "
+                  "guide discusses its goals. Timings are noisy on a busy machine: compare ratios within one "
+                  "table, not across tables.", ""]
+        for path in results:
+            r = json.loads(path.read_text(encoding="utf-8"))
+            env = r.get("environment", {})
+            fmt = FORMATTERS.get(r.get("benchmark", path.stem))
+            if fmt is None:
+                continue
+            lines += [f"### {path.stem}", "",
+                      f"*Produced by `{_bench_command(path.stem, r)}` on {env.get('date', 'a date not recorded')}, "
+                      f"load average {_load(env.get('load_average'))}, torch {env.get('torch', '?')}, "
+                      f"{env.get('cpus', '?')} CPUs.*", "",
+                      fmt(r).rstrip(), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.results", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="a posenc reproduce run directory to snapshot into docs/data/ first (skipped if absent)")
+    parser.add_argument("--check", action="store_true", help="compare with docs/results.md instead of writing it")
+    args = parser.parse_args(argv)
+    if args.check:
+        text = render_page()
+        old = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
+        if old != text:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(PAGE),
+                                                       "rendered now"))
+            return 1
+        return 0
+    if args.runs is not None:
+        if args.runs.is_dir():
+            copied = snapshot(args.runs)
+            print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
+        else:
+            print(f"{args.runs} does not exist: rendering the committed snapshot in {DATA}", file=sys.stderr)
+    PAGE.write_text(render_page(figures=FIGURES), encoding="utf-8")
+    print(f"wrote {PAGE}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
