@@ -852,7 +852,11 @@ def reproduce_cmd(
                 if count == of:
                     began["t"] = time.monotonic()
 
-            return reproduce(names, profile, out, seeds, shard, progress, **kwargs)
+            def notice(message: str) -> None:
+                sys.stderr.write(f"warning: {message}\n")
+                sys.stderr.flush()
+
+            return reproduce(names, profile, out, seeds, shard, progress, notice=notice, **kwargs)
         state = {"bar": None, "task": None}
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -865,7 +869,10 @@ def reproduce_cmd(
                 bar.update(state["task"], completed=done, total=total,
                            description=f"{section} {count}/{of}: {key}{' (done before)' if skipped else ''}")
 
-            result = reproduce(names, profile, out, seeds, shard, progress, **kwargs)
+            def notice(message: str) -> None:
+                bar.console.print(f"warning: {message}", markup=False, highlight=False)
+
+            result = reproduce(names, profile, out, seeds, shard, progress, notice=notice, **kwargs)
         return result
 
     try:

@@ -33,13 +33,17 @@ from posenc.report.store import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
-    read_json,
+    read_summary,
 )
 
 Executor = InlineExecutor | LocalExecutor | RayExecutor
 
 #: ``progress(section, key, done_cost, total_cost, skipped, jobs_done, jobs_total)`` after each job.
 ProgressFn = Callable[[str, str, float, float, bool, int, int], None]
+
+#: ``notice(message)``: something the run found and handled (a stored record that is torn or
+#: invalid, hence recomputed); the CLI prints it as a ``warning:`` line.
+NoticeFn = Callable[[str], None]
 
 
 class JobsFailed(RuntimeError):
@@ -251,6 +255,7 @@ def run_section(
     keys: Sequence[str] | None = None,
     wait_for_others: bool | None = None,
     claim_timeout: float = 300.0,
+    notice: NoticeFn | None = None,
 ) -> dict:
     """Run (or resume) one section.
 
@@ -265,10 +270,14 @@ def run_section(
         wait_for_others: wait for jobs that another live driver has claimed (default:
             only when the section is summarised, i.e. no shard and no keys).
         claim_timeout: seconds after which a claim nobody refreshed is taken over.
+        notice: called with one line for each stored job record that is torn or not a valid
+            record (see :func:`posenc.report.store.check_job_record`): it is recomputed.
 
     Returns:
         ``{"record": summary record or None, "jobs": {"computed", "skipped",
-        "claimed_elsewhere": [keys], "failed": {key: error}}}``.
+        "claimed_elsewhere": [keys], "failed": {key: error}, "invalid": {key: why}},
+        "results": {key: stored record}}`` (``invalid``: records found torn or invalid and
+        recomputed; ``results``: the records of this run's jobs that finished).
     """
     section = get_section(name)
     jobs = plan_jobs(name, profile, seeds)
@@ -280,11 +289,13 @@ def run_section(
     total = sum(job.cost for job in mine) or 1.0
     state = {"done": 0.0, "count": 0, "computed_s": 0.0}
     results: dict[str, dict] = {}
-    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}}
+    records: dict[str, dict] = {}
+    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}, "invalid": {}}
     start = time.perf_counter()
 
     def on_done(job: Job, record: dict, skipped: bool) -> None:
         results[job.key] = record["result"]
+        records[job.key] = record
         state["done"] += job.cost
         state["count"] += 1
         if not skipped:
@@ -294,7 +305,11 @@ def run_section(
 
     todo = []
     for job in mine:
-        record = store.load(name, job.key, job.config_dict())
+        record, problem = store.lookup(name, job.key, job.config_dict())
+        if problem is not None:
+            lists["invalid"][job.key] = problem
+            if notice is not None:
+                notice(f"{store.path(name, job.key)} is not a valid job record ({problem}); recomputing it")
         if record is None:
             todo.append(job)
         else:
@@ -311,8 +326,9 @@ def run_section(
     for name_ in ("computed", "skipped", "claimed_elsewhere"):
         lists[name_].sort(key=order.__getitem__)  # plan order, whatever order the jobs finished in
     lists["failed"] = dict(sorted(lists["failed"].items(), key=lambda kv: order[kv[0]]))
+    done = {job.key: records[job.key] for job in jobs if job.key in records}
     if partial or lists["failed"] or lists["claimed_elsewhere"]:
-        return {"record": None, "jobs": lists}
+        return {"record": None, "jobs": lists, "results": done}
     summary = section.summarize(results)
     markdown = section.render(summary, _save_figure_factory(out, name))
     job_seconds = {}
@@ -335,7 +351,7 @@ def run_section(
         "jobs": job_seconds,
     }
     atomic_write_json(out / f"{name}.json", record)
-    return {"record": record, "jobs": lists}
+    return {"record": record, "jobs": lists, "results": done}
 
 
 def run_job(
@@ -385,8 +401,27 @@ def run_job(
     return record
 
 
+def check_summaries(out: Path, names: Sequence[str] | None = None) -> dict[str, dict]:
+    """Read and validate the section summaries ``out/<section>.json`` that exist (of ``names``, default all).
+
+    Raises:
+        InvalidSummary: one is not a valid summary (the message names the file and the
+            command that rebuilds it).
+    """
+    found = {}
+    for name in SECTIONS if names is None else names:
+        path = out / f"{name}.json"
+        if path.exists():
+            found[name] = read_summary(path, name, out)
+    return found
+
+
 def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
-    """Assemble ``report.md`` from every ``<section>.json`` in ``out``."""
+    """Assemble ``report.md`` from every ``<section>.json`` in ``out`` (each validated first).
+
+    Raises:
+        InvalidSummary: a summary file is not valid (nothing is written).
+    """
     info = versions()
     lines = [
         "# posenc reproduction report",
@@ -398,11 +433,7 @@ def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
     ]
     index = []
     bodies = []
-    for name in SECTIONS:
-        path = out / f"{name}.json"
-        if not path.exists():
-            continue
-        rec = read_json(path)
+    for name, rec in check_summaries(out).items():
         index.append(
             f"| [{rec['title']}](#{name}) | `{name}` | {rec['profile']} | "
             f"{rec['compute_seconds']:.1f} | {rec['quick_budget_s']:.0f} | `{rec.get('command') or ''}` |"
@@ -434,6 +465,7 @@ def reproduce(
     address: str | None = None,
     threads: int | None = None,
     jobs: Sequence[str] | None = None,
+    notice: NoticeFn | None = None,
 ) -> dict:
     """Run the named sections (all when empty) and write the report.
 
@@ -452,13 +484,17 @@ def reproduce(
         threads: torch threads per job (default: cores // workers, at least 1; 1 on Ray,
             where it is also the CPUs each task reserves).
         jobs: run only these job keys (one section); no report.
+        notice: called with one line for each stored job record found torn or invalid (recomputed).
 
     Returns:
         ``{"out": dir, "report": path or None, "sections": {name: summary},
-        "jobs": {name: {"computed", "skipped", "claimed_elsewhere": [keys], "failed": {key: error}}}}``.
+        "jobs": {name: {"computed", "skipped", "claimed_elsewhere": [keys], "failed": {key: error},
+        "invalid": {key: why}}}}``; with ``jobs``, also ``"results": {name: {key: stored record}}``.
 
     Raises:
         JobsFailed: after every other job finished and was stored, when some jobs raised.
+        InvalidSummary: before any work, when the report would include another section's
+            summary file that is not valid.
     """
     from posenc.report.executors import default_threads
 
@@ -473,16 +509,21 @@ def reproduce(
     if out is None:
         out = Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out)
+    partial = shard_t is not None or bool(jobs)
+    if not partial:  # the report will include the other sections' summaries: check them before any work
+        check_summaries(out, [name for name in SECTIONS if name not in names])
     engine = make_executor(executor, workers, threads, address)
     out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
     job_lists: dict[str, Any] = {}
+    job_results: dict[str, Any] = {}
     failures: dict[str, str] = {}
     try:
         for name in names:
             res = run_section(name, profile, out, seeds, shard_t, progress, argv or sys.argv,
-                              executor=engine, threads=threads, keys=jobs)
+                              executor=engine, threads=threads, keys=jobs, notice=notice)
             job_lists[name] = res["jobs"]
+            job_results[name] = res["results"]
             failures.update({f"{name}/{k}": v for k, v in res["jobs"]["failed"].items()})
             record = res["record"]
             if record is not None:
@@ -492,10 +533,11 @@ def reproduce(
                 }
     finally:
         engine.close()
-    partial = shard_t is not None or bool(jobs)
     report = None if partial or failures else write_report(out, argv or sys.argv)
     payload = {"out": str(out), "report": None if report is None else str(report), "sections": summaries,
                "jobs": job_lists}
+    if jobs:
+        payload["results"] = job_results
     if failures:
         raise JobsFailed(failures, payload)
     return payload
