@@ -13,6 +13,7 @@ errors too.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import HAS_RICH, TyperCommand, TyperGroup
 
 import posenc
 from posenc.report.registry import SECTIONS
@@ -41,8 +42,66 @@ def _one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else err.__class__.__name__
 
 
+#: the range of every integer option: what torch and numpy take (int64)
+INT64 = (-(2**63), 2**63 - 1)
+#: integer options with a narrower range, by parameter name (a seed is a non-negative int64)
+INT_RANGES = {"seed": (0, 2**63 - 1)}
+
+
+def check_numbers(ctx: Any, params: list) -> None:
+    """Refuse parsed numeric option values no command can use, naming the option.
+
+    Every integer lies in int64 (a seed in ``[0, 2**63 - 1]``), every float is finite:
+    ``--seed 18446744073709551616`` or ``--lr 1e400`` is a usage error here, before any
+    command runs, not an ``OverflowError`` (or a NaN) deep inside.
+    """
+    for param in params:
+        value = ctx.params.get(param.name)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, bool):
+                continue
+            if isinstance(v, int):
+                lo, hi = INT_RANGES.get(param.name or "", INT64)
+                if not lo <= v <= hi:
+                    raise typer.BadParameter(f"must be an integer from {lo} to {hi}, got {v}", ctx=ctx, param=param)
+            elif isinstance(v, float) and not math.isfinite(v):
+                raise typer.BadParameter(f"must be a finite number, got {v}", ctx=ctx, param=param)
+
+
+def _tidy_help(command: Any, params: list) -> list:
+    """Help as written: flags get no ``<bool>`` type, and ``[...]`` in help texts (``posenc[ray]``)
+    is not taken for rich markup and swallowed."""
+    rich = HAS_RICH and getattr(command, "rich_markup_mode", None) == "rich"
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+        if rich and getattr(param, "help", None) and not getattr(param, "_posenc_escaped", False):
+            from rich.markup import escape
+
+            param.help, param._posenc_escaped = escape(param.help), True
+    if rich and command.help and not getattr(command, "_posenc_escaped", False):
+        from rich.markup import escape
+
+        command.help, command._posenc_escaped = escape(command.help), True
+    return params
+
+
+class _Command(TyperCommand):
+    """Every ``posenc`` command: its numbers checked (:func:`check_numbers`), its help tidied."""
+
+    def get_params(self, ctx: Any) -> list:
+        return _tidy_help(self, super().get_params(ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        check_numbers(ctx, self.params)
+        return super().invoke(ctx)
+
+
 class _OneLineErrors(TyperGroup):
     """Usage errors (unknown option or command, a bad value) as one ``error:`` line, exit 2."""
+
+    def get_params(self, ctx: Any) -> list:
+        return _tidy_help(self, super().get_params(ctx))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
         if not standalone_mode:
@@ -85,13 +144,24 @@ class CliError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
+def _check_count(option: str, value: int) -> int:
+    """A count of threads or local workers: 1 to 4 x the cores (see ``executors.check_count``);
+    0 or a negative count is a usage error, not raised to 1."""
+    from posenc.report.executors import check_count
+
+    if value < 1:
+        raise CliError(f"{option} must be >= 1, got {value}")
+    try:
+        return check_count(option, value)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+
+
 def _set_threads(threads: int) -> None:
-    """``torch.set_num_threads(threads)``; 0 or a negative count is a usage error, not raised to 1."""
+    """``torch.set_num_threads(threads)`` after :func:`_check_count`."""
     import torch
 
-    if threads < 1:
-        raise CliError(f"--threads must be >= 1, got {threads}")
-    torch.set_num_threads(threads)
+    torch.set_num_threads(_check_count("--threads", threads))
 
 
 def _version(value: bool) -> None:
@@ -161,6 +231,9 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
             raise CliError(f"--set expects key=value, got {item!r}")
         key = key.strip()  # a key given twice: the last value wins
         out[key] = _parse_dtype(key, value.strip()) if key in DTYPE_KEYS else _parse_value(value.strip())
+        for v in out[key] if isinstance(out[key], tuple) else (out[key],):
+            if isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+                raise CliError(f"--set {key}={value.strip()}: {v} is outside the 64-bit integer range")
     return out
 
 
@@ -814,15 +887,20 @@ def reproduce_cmd(
     def go() -> dict:
         import torch
 
-        from posenc.report.executors import default_threads
+        from posenc.report.executors import available_cores, default_threads
         from posenc.report.registry import available_sections
-        from posenc.report.runner import parse_shard, plan_jobs, reproduce, select_jobs
+        from posenc.report.runner import check_seeds, parse_shard, plan_jobs, reproduce, select_jobs
 
         if workers < 1:
             raise CliError(f"--workers must be >= 1, got {workers}")
         if threads is not None and threads < 1:
             raise CliError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads or default_threads(workers))
+        if executor != "ray":  # on Ray: jobs in flight and a task's CPUs on the cluster (checked there)
+            _check_count("--workers", workers)
+            if threads is not None:
+                _check_count("--threads", threads)
+        check_seeds(seeds, "--seeds")  # before planning: 10**12 seeds would plan without end
+        torch.set_num_threads(min(threads or default_threads(workers), available_cores()))  # this driver's own
         names = list(sections or available_sections())
         parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
         if list_jobs:
@@ -919,6 +997,12 @@ def _claim_word(claim: Any) -> str:
     if isinstance(claim, dict) and isinstance(claim.get("verdict"), str):
         return claim["verdict"]
     return {True: "yes", False: "no", None: "n/a"}[_claim_holds(claim)]
+
+
+# every command (the ones registered above included) checks its numbers and tidies its help
+for _info in app.registered_commands:
+    if _info.cls in (None, TyperCommand):
+        _info.cls = _Command
 
 
 def main() -> None:

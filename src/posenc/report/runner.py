@@ -14,6 +14,7 @@ by the same config, so a killed run loses nothing that finished.
 from __future__ import annotations
 
 import datetime as _dt
+import heapq
 import os
 import platform
 import sys
@@ -40,6 +41,11 @@ Executor = InlineExecutor | LocalExecutor | RayExecutor
 
 #: ``progress(section, key, done_cost, total_cost, skipped, jobs_done, jobs_total)`` after each job.
 ProgressFn = Callable[[str, str, float, float, bool, int, int], None]
+
+#: The most seeds a run may ask for (``--seeds``). Every section plans jobs in proportion to its
+#: seeds (coords about 46 per seed, 4,600 at this bound); a bound keeps ``--seeds 10**12`` from
+#: planning, listing and claiming without end (planning is not free: ~0.7 ms per coords job).
+MAX_SEEDS = 100
 
 #: ``notice(message)``: something the run found and handled (a stored record that is torn or
 #: invalid, hence recomputed); the CLI prints it as a ``warning:`` line.
@@ -81,7 +87,9 @@ def balance_shards(costs: Sequence[float], n: int) -> list[list[int]]:
     order) each go to the shard with the smallest load so far (ties: the lower
     shard). Deterministic, so every worker of an array computes the same split;
     each shard lists its indices in plan order. The largest load is at most
-    4/3 of the optimum (Graham 1969).
+    4/3 of the optimum (Graham 1969). Time O(m log m + n) for m jobs: only the
+    min(m, n) lowest shards can receive a job, the others stay empty (see
+    :func:`shard_of`, which never builds them).
 
     Args:
         costs: the jobs' ``cost`` values, in plan order (finite, >= 0).
@@ -90,25 +98,45 @@ def balance_shards(costs: Sequence[float], n: int) -> list[list[int]]:
     Returns:
         ``n`` lists of indices into ``costs``; together a partition of ``range(len(costs))``.
     """
+    return _balance(costs, n) + [[] for _ in range(n - min(n, len(costs)))]
+
+
+def shard_of(costs: Sequence[float], i: int, n: int) -> list[int]:
+    """Shard ``i`` (0-based) of :func:`balance_shards` ``(costs, n)``, without building the empty shards."""
+    bins = _balance(costs, n)
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+        raise ValueError(f"i must be an integer in [0, n), got {i!r}")
+    return bins[i] if i < len(bins) else []
+
+
+def _balance(costs: Sequence[float], n: int) -> list[list[int]]:
+    """The first min(len(costs), n) shards of :func:`balance_shards` (the rest are empty)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     for c in costs:
         if not (isinstance(c, (int, float)) and c >= 0 and c != float("inf")):
             raise ValueError(f"costs must be finite and >= 0, got {c!r}")
-    loads = [0.0] * n
-    bins: list[list[int]] = [[] for _ in range(n)]
+    used = min(n, len(costs))  # a job goes to the lowest of the least loaded: never beyond index m - 1
+    heap = [(0.0, k) for k in range(used)]  # (load, shard): the least loaded, then the lowest, on top
+    bins: list[list[int]] = [[] for _ in range(used)]
     for i in sorted(range(len(costs)), key=lambda j: (-costs[j], j)):
-        b = min(range(n), key=lambda k: (loads[k], k))
+        load, b = heapq.heappop(heap)
         bins[b].append(i)
-        loads[b] += costs[i]
+        heapq.heappush(heap, (load + costs[i], b))
     return [sorted(b) for b in bins]
+
+
+def check_seeds(seeds: int | None, name: str = "seeds") -> None:
+    """``None`` (the profile's default) or an integer from 1 to :data:`MAX_SEEDS`."""
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int)
+                              or not 1 <= seeds <= MAX_SEEDS):
+        raise ValueError(f"{name} must be an integer from 1 to {MAX_SEEDS}, got {seeds!r}")
 
 
 def plan_jobs(name: str, profile: str, seeds: int | None) -> list[Job]:
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
-        raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
+    check_seeds(seeds)
     jobs = get_section(name).plan(profile, seeds)
     keys = [job.key for job in jobs]
     if len(set(keys)) != len(keys):
@@ -128,7 +156,7 @@ def select_jobs(jobs: Sequence[Job], shard: tuple[int, int] | None = None,
         jobs = [job for job in jobs if job.key in wanted]
     if shard is None:
         return list(jobs)
-    return [jobs[i] for i in balance_shards([job.cost for job in jobs], shard[1])[shard[0]]]
+    return [jobs[i] for i in shard_of([job.cost for job in jobs], shard[0], shard[1])]
 
 
 def _save_figure_factory(out: Path, section: str) -> Callable[[str, Any], str]:
