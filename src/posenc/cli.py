@@ -362,6 +362,13 @@ def _run(fn, *args, **kwargs):
         if _state["debug"]:
             raise
         _fail(err)
+    except ModuleNotFoundError as err:  # an optional dependency: name the extra that installs it
+        from posenc._extras import install_hint, missing_extra
+
+        module = missing_extra(err)
+        if _state["debug"] or module is None:
+            raise
+        _fail(err if "pip install" in str(err) else ImportError(install_hint(module, "this command")))
     except RuntimeError as err:  # torch's CPU allocator reports exhaustion as a RuntimeError
         if _state["debug"] or "can't allocate memory" not in str(err):
             raise
@@ -903,6 +910,8 @@ def reproduce_cmd(
         torch.set_num_threads(min(threads or default_threads(workers), available_cores()))  # this driver's own
         names = list(sections or available_sections())
         parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
+        if not list_jobs:
+            _check_reproduce_extras(names)
         if list_jobs:
             shard_t = parse_shard(shard)
             return {name: [{"key": j.key, "cost": j.cost, "alone": j.alone, "config": j.config_dict()}
@@ -980,6 +989,19 @@ def reproduce_cmd(
         out_console.print(f"{name}: {rec['compute_seconds']:.0f} s of compute; {verdicts}", highlight=False)
 
 
+def _check_reproduce_extras(names: list[str]) -> None:
+    """What the jobs and the report import, checked before any of them runs: the ``cli`` extra
+    (figures, embedded images and digits) and, for the gir section, the ``graph`` extra."""
+    from posenc._extras import install_hint, missing_modules
+
+    missing = missing_modules(("matplotlib", "PIL", "sklearn"))
+    if missing:
+        raise CliError(install_hint(missing[0], "posenc reproduce"))
+    missing = missing_modules(("torch_geometric", "networkx")) if "gir" in names else []
+    if missing:
+        raise CliError(install_hint(missing[0], "the gir section") + " (or leave gir out)")
+
+
 def _claim_holds(claim: Any) -> bool | None:
     """``claim["holds"]``, or for a claim checked per dataset, whether it holds on all."""
     if not isinstance(claim, dict):
@@ -1006,7 +1028,8 @@ for _info in app.registered_commands:
 
 
 def main() -> None:
-    app()
+    """The ``posenc`` command (installed as ``posenc.__main__:main``, which checks the ``cli`` extra first)."""
+    app(prog_name="posenc")
 
 
 if __name__ == "__main__":  # pragma: no cover
