@@ -532,6 +532,20 @@ SetOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else.")]
 
 
+def _json_value(value: Any) -> Any:
+    """``value`` with its JSON type: numbers, booleans, null, strings, lists (from tuples) and objects
+    stay what they are; anything else (a ``torch.dtype``, a class) becomes its ``repr``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return repr(value)
+
+
 @app.command("encodings")
 def encodings_cmd(
     name: Annotated[Optional[str], typer.Argument(help="Show what each argument of this encoding means.")] = None,
@@ -545,29 +559,29 @@ def encodings_cmd(
             if name not in available_encodings():
                 raise CliError(f"unknown encoding {name!r}; available: {', '.join(available_encodings())}")
             docs = encoding_parameter_docs(name)
-            return {"name": name, "arguments": {k: {"default": repr(v), "meaning": docs.get(k, "")}
+            return {"name": name, "arguments": {k: {"default": v, "meaning": docs.get(k, "")}
                                                 for k, v in encoding_parameters(name).items()}}
 
         detail = _run(one)
         if as_json:
-            sys.stdout.write(json.dumps(detail) + "\n")
+            sys.stdout.write(json.dumps(_json_value(detail)) + "\n")
             return
         table = Table(title=f"encoding {name!r}: create_encoding({name!r}, ...) / --set ARG=VALUE")
         for col in ("argument", "default", "meaning"):
             table.add_column(col)
         for arg, info in detail["arguments"].items():
-            table.add_row(arg, info["default"], " ".join(info["meaning"].split()))
+            table.add_row(arg, repr(info["default"]), " ".join(info["meaning"].split()))
         out_console.print(table)
         return
-    payload = {name: {k: repr(v) for k, v in encoding_parameters(name).items()} for name in available_encodings()}
+    payload = {name: encoding_parameters(name) for name in available_encodings()}
     if as_json:
-        sys.stdout.write(json.dumps(payload) + "\n")
+        sys.stdout.write(json.dumps(_json_value(payload)) + "\n")
         return
     table = Table(title="encodings")
     table.add_column("name")
     table.add_column("arguments (defaults)")
     for name, params in payload.items():
-        table.add_row(name, ", ".join(f"{k}={v}" for k, v in params.items()))
+        table.add_row(name, ", ".join(f"{k}={v!r}" for k, v in params.items()))
     out_console.print(table)
     out_console.print("What each argument means: posenc encodings NAME", highlight=False)
 
@@ -972,9 +986,7 @@ def reproduce_cmd(
     if as_json or list_jobs:
         if not as_json:
             for name, jobs in payload.items():
-                out_console.print(f"[bold]{name}[/]: {len(jobs)} jobs")
-                for item in jobs:
-                    out_console.print(f"  {item['key']}", highlight=False)
+                sys.stdout.write(f"{name}: {len(jobs)} jobs\n" + "".join(f"  {item['key']}\n" for item in jobs))
             return
         sys.stdout.write(_to_json(payload) + "\n")
         return
@@ -983,10 +995,33 @@ def reproduce_cmd(
         if shard or job:
             out_console.print(f"{name}: computed {len(lists['computed'])}, skipped {len(lists['skipped'])}, "
                               f"claimed by another run {len(lists['claimed_elsewhere'])}", highlight=False)
+    for name, records in payload.get("results", {}).items():
+        for key, record in records.items():
+            _print_job(name, key, record, computed=key in payload["jobs"][name]["computed"], out=payload["out"])
     for name, rec in payload["sections"].items():
         claims = rec["summary"].get("claims", {}) if isinstance(rec["summary"], dict) else {}
         verdicts = ", ".join(f"{k}: {_claim_word(v)}" for k, v in claims.items())
         out_console.print(f"{name}: {rec['compute_seconds']:.0f} s of compute; {verdicts}", highlight=False)
+
+
+#: a job result's value longer than this is cut in the table (``--json`` and the stored file have it all)
+RESULT_CELL = 120
+
+
+def _print_job(section: str, key: str, record: dict, computed: bool, out: str) -> None:
+    """One job's stored result (``reproduce --job KEY``) as a table of its fields."""
+    how = f"computed in {record['seconds']:.2f} s" if computed else f"stored before ({record['seconds']:.2f} s)"
+    table = Table(title=f"{section}/{key}: {how}", show_header=False)
+    cut = False
+    for field, value in record["result"].items():
+        text = f"{value:.6g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
+        if len(text) > RESULT_CELL:
+            text, cut = text[:RESULT_CELL - 1] + "…", True
+        table.add_row(str(field), text)
+    out_console.print(table)
+    if cut:
+        path = Path(out) / "jobs" / section / f"{key}.json"
+        out_console.print(f"(long values cut; the whole result: --json, or {path})", highlight=False)
 
 
 def _check_reproduce_extras(names: list[str]) -> None:
