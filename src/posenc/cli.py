@@ -271,7 +271,8 @@ class PlainProgress:
     """
 
     def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "",
-                 start: float | None = None, rate_from_first: bool = False, quiet_start: bool = False) -> None:
+                 start: float | None = None, rate_from_first: bool = False, quiet_start: bool = False,
+                 eta_after: float = 0.0) -> None:
         import time
 
         self.description, self.every, self.unit = description, every, unit
@@ -288,6 +289,9 @@ class PlainProgress:
         # quiet_start: nothing at all before ``every`` seconds have passed, so a short
         # command (or one that fails at once) leaves stderr to its result or its error line
         self._quiet_start = quiet_start
+        # eta_after: no ETA ("?") before this fraction of the work to do in this run is done
+        # (the first jobs of a run are its cheapest: their rate is mostly start-up, not work)
+        self._eta_after = eta_after
         self._lines = 0
 
     def update(self, done: float, total: float, item: str = "", force: bool = False, skipped: bool = False,
@@ -311,7 +315,9 @@ class PlainProgress:
         else:
             spent, worked = elapsed, done - self._skipped
         left = max(0.0, total - done)
-        eta = "0s" if left == 0 else (_duration(spent / worked * left) if worked > 0 else "?")
+        todo = total - self._skipped
+        early = todo > 0 and (done - self._skipped) < self._eta_after * todo
+        eta = "0s" if left == 0 else (_duration(spent / worked * left) if worked > 0 and not early else "?")
         pct = 100.0 * done / total if total else 100.0
         head = f"{self.description}: {item}, " if item else f"{self.description}: "
         amount = count or f"{done:g}/{total:g}{self.unit}"
@@ -946,7 +952,7 @@ def reproduce_cmd(
             def progress(section: str, key: str, done: float, total: float, skipped: bool,
                          count: int = 0, of: int = 0) -> None:
                 if section not in plain:  # a section's clock starts when the previous one ended
-                    plain[section] = PlainProgress(f"reproduce {section}", start=began["t"])
+                    plain[section] = PlainProgress(f"reproduce {section}", start=began["t"], eta_after=0.05)
                 bar = plain[section]
                 bar.update(done, total, f"{key}{' (done before)' if skipped else ''}", force=True,
                            skipped=skipped, count=f"{count}/{of} jobs")

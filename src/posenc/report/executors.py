@@ -218,6 +218,21 @@ class LocalExecutor:
             )
         return self._pool
 
+    def start(self) -> None:
+        """Start the worker processes now instead of at the first :meth:`submit`.
+
+        A run calls this before it plans its first section, so the workers' start-up
+        (a fork from the server, torch's thread pools) overlaps the planning. Idempotent.
+        """
+        if self._pool is not None:
+            return
+        pool = self._get_pool()
+        try:
+            for _ in range(self.workers):  # a process per worker: the pool spawns one per waiting task
+                pool.submit(os.getpid)
+        except BrokenProcessPool:  # noticed (and the pool replaced) at the first real wait()
+            pass
+
     def submit(self, task: Task) -> None:
         self._attempts.setdefault(task.key, 0)
         try:

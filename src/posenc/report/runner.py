@@ -159,6 +159,32 @@ def select_jobs(jobs: Sequence[Job], shard: tuple[int, int] | None = None,
     return [jobs[i] for i in shard_of([job.cost for job in jobs], shard[0], shard[1])]
 
 
+def submission_order(jobs: Sequence[Job], slots: int) -> list[Job]:
+    """The order in which a run submits ``jobs`` to an engine with ``slots`` jobs in flight.
+
+    First the ``slots`` cheapest jobs, one per worker, so that every worker finishes a job
+    (and the run prints its first progress line) as early as possible; then the rest by
+    decreasing cost (longest-processing-time first, which keeps one long job from running
+    alone at the end); ``alone`` (timing) jobs last, each waiting until nothing else runs.
+    Ties keep plan order. Results do not depend on the order: jobs are independent.
+
+    Args:
+        jobs: the jobs to run, in plan order.
+        slots: the engine's jobs in flight (>= 1).
+
+    Returns:
+        The same jobs, reordered.
+    """
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"slots must be a positive integer, got {slots!r}")
+    shared = [i for i, job in enumerate(jobs) if not job.alone]
+    first = sorted(sorted(shared, key=lambda i: (jobs[i].cost, i))[:slots])  # the cheapest, in plan order
+    taken = set(first)
+    rest = sorted((i for i in shared if i not in taken), key=lambda i: (-jobs[i].cost, i))
+    alone = [i for i, job in enumerate(jobs) if job.alone]
+    return [jobs[i] for i in (*first, *rest, *alone)]
+
+
 def _save_figure_factory(out: Path, section: str) -> Callable[[str, Any], str]:
     def save(name: str, figure: Any) -> str:
         import io
@@ -205,14 +231,14 @@ def _execute_jobs(
 ) -> None:
     """Claim, submit and store ``todo`` through ``executor``; the driver alone writes the store.
 
-    Jobs are claimed one at a time as slots free up, so several drivers on one
-    directory split the work. An ``alone`` job waits until nothing else is in
+    Jobs are claimed one at a time as slots free up, in :func:`submission_order` (a cheap job
+    first on every worker), so several drivers on one directory split the work. An ``alone`` job waits until nothing else is in
     flight and runs with nothing beside it. Jobs another live driver holds are
     waited for (``wait_for_others``) or listed as ``claimed_elsewhere``.
     """
     keeper = ClaimKeeper(interval=max(0.05, claim_timeout / 5))
     held: dict[str, tuple[Job, Claim]] = {}
-    queue = list(todo)
+    queue = submission_order(todo, executor.slots)
     elsewhere: list[Job] = []
     running_alone = False
     try:
@@ -541,12 +567,14 @@ def reproduce(
     if not partial:  # the report will include the other sections' summaries: check them before any work
         check_summaries(out, [name for name in SECTIONS if name not in names])
     engine = make_executor(executor, workers, threads, address)
-    out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
     job_lists: dict[str, Any] = {}
     job_results: dict[str, Any] = {}
     failures: dict[str, str] = {}
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        if isinstance(engine, LocalExecutor):
+            engine.start()  # the workers start (and import torch) while the first section is planned
         for name in names:
             res = run_section(name, profile, out, seeds, shard_t, progress, argv or sys.argv,
                               executor=engine, threads=threads, keys=jobs, notice=notice)
