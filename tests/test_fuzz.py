@@ -382,7 +382,7 @@ def test_store_claim_records_fuzz(tmp_path_factory, value):
 
 @FUZZ
 @given(value=JSON_VALUES, field=st.sampled_from(["section", "title", "profile", "command", "quick_budget_s",
-                                                 "compute_seconds", "markdown", None]))
+                                                 "compute_seconds", "markdown", "summary", None]))
 def test_store_summary_records_fuzz(tmp_path_factory, value, field):
     import json as _json
 

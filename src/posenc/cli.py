@@ -5,9 +5,13 @@ progress bars and errors go to stderr. A bad argument or input file (including
 a usage error: unknown option or command, a value of the wrong type) ends with
 one ``error: ...`` line on stderr and exit code 2, never a traceback; so does
 a command whose estimated memory exceeds ``--max-memory`` (checked before any
-work starts) and a fit that diverged. Any other exception is a bug and shows
-its traceback; ``posenc --debug COMMAND`` shows the traceback of bad-input
-errors too.
+work starts) and a fit that diverged. Numbers are bounded where they are parsed:
+every integer option lies in int64 (a ``--seed`` in ``[0, 2**63 - 1]``), every
+float option is finite, counts that multiply work (``--seeds``, local
+``--workers``, ``--threads``) have upper bounds. A missing optional dependency
+is one line naming the extra that installs it (``pip install "posenc[cli]"``).
+Any other exception is a bug and shows its traceback; ``posenc --debug COMMAND``
+shows the traceback of bad-input errors too.
 """
 
 from __future__ import annotations
@@ -101,6 +105,8 @@ class _OneLineErrors(TyperGroup):
     """Usage errors (unknown option or command, a bad value) as one ``error:`` line, exit 2."""
 
     def get_params(self, ctx: Any) -> list:
+        for command in self.commands.values():  # their one-line help is listed here
+            _tidy_help(command, [])
         return _tidy_help(self, super().get_params(ctx))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]

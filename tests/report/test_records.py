@@ -150,11 +150,11 @@ def _summary(tmp_path, toy) -> dict:
 
 def summary_corruptions(rec: dict) -> dict[str, object]:
     out: dict[str, object] = {"null": None, "list": [rec], "string": "x", "empty": {}}
-    for field in ("title", "profile", "compute_seconds", "quick_budget_s", "markdown", "command", "section"):
+    for field in ("title", "profile", "compute_seconds", "quick_budget_s", "markdown", "command", "section", "summary"):
         out[f"no {field}"] = {k: v for k, v in rec.items() if k != field}
     for field, values in {"title": [None, 3], "profile": ["slow", None], "compute_seconds": ["1", None, -1, True],
                           "quick_budget_s": ["1", None, float("nan")], "markdown": [None, ["x"]],
-                          "command": [3, ["posenc"]], "section": ["other", None]}.items():
+                          "command": [3, ["posenc"]], "section": ["other", None], "summary": [None, [1], "x"]}.items():
         for value in values:
             out[f"{field}={value!r}"] = {**rec, field: value}
     return out

@@ -122,9 +122,10 @@ def check_job_record(record: Any, key: str, digest: str | None = None) -> str | 
     """Why ``record`` (parsed JSON) is not a valid job record of ``key``; ``None`` if it is.
 
     Schema: an object with exactly the fields of :data:`JOB_FIELDS`: ``key`` (this key),
-    ``digest`` (a string; when ``digest`` is given, equal to it), ``config`` (an object), ``seconds`` (a finite number
-    >= 0), ``result`` (a non-empty object) and ``checksum`` (the sha256 of the other
-    fields, so that a value changed by hand or by a bad disk is caught too).
+    ``digest`` (a string; when ``digest`` is given, equal to it), ``config`` (an object),
+    ``seconds`` (a finite number >= 0), ``result`` (a non-empty object) and ``checksum``
+    (the sha256 of the other fields, so that a value changed by hand or by a bad disk is
+    caught too; a record written before posenc wrote checksums has none, and is recomputed).
     """
     if not isinstance(record, dict):
         return f"not a JSON object but {type(record).__name__ if record is not None else 'null'}"
@@ -170,6 +171,7 @@ _SUMMARY_FIELDS: dict[str, tuple[str, Any]] = {
     "quick_budget_s": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
     "compute_seconds": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
     "markdown": ("a string", lambda v: isinstance(v, str)),
+    "summary": ("an object", lambda v: isinstance(v, dict)),
 }
 
 
