@@ -97,3 +97,20 @@ def test_local_workers_start_before_the_first_job_is_planned(toy, tmp_path, monk
     res = runner.reproduce(["toy"], out=tmp_path, workers=2, threads=1)
     assert started == [2] and planned == [1]  # both workers were spawned, before the plan
     assert res["sections"]["toy"]["summary"] == {"values": [0, 1, 2, 3, 4]}
+
+
+def test_local_workers_fork_with_the_jobs_heavy_imports_done():
+    # scikit-learn's import was most of a fresh worker's first job (5 s of 6 on a loaded machine)
+    from posenc.report.executors import PRELOAD, Task
+
+    ex = LocalExecutor(2, threads=1, context="forkserver")
+    try:
+        ex.start()
+        ex.submit(Task("k", toyjobs.modules_at_start, toyjobs.Cfg(0)))
+        got = []
+        while not got:
+            got = ex.wait(timeout=60)
+    finally:
+        ex.close()
+    assert got[0].error is None and got[0].result["modules"] == ["PIL.Image", "sklearn.datasets", "torch"]
+    assert {"sklearn.datasets", "PIL.Image", "torch"} <= set(PRELOAD)

@@ -74,6 +74,12 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: what the forkserver imports before it forks the local workers: torch, and what the jobs of the
+#: report import on their first call (scikit-learn's datasets, for the embedded images and digits,
+#: cost ~1.5 s per worker on an idle core and ~5 s on a loaded one; Pillow). A module that is not
+#: installed is skipped (by multiprocessing).
+PRELOAD = ("torch", "posenc.report.executors", "sklearn.datasets", "PIL.Image")
+
 #: at most this many local workers, or torch threads per job, per core this process may use:
 #: beyond it nothing runs faster, and every worker is a process holding torch (~200 MB), every
 #: thread a stack (``--threads 100000000`` crashed torch, ``--workers 10**6`` would fork as many
@@ -210,8 +216,8 @@ class LocalExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context(self.context)
             if self.context == "forkserver":
-                # workers fork from a server that has imported torch once, instead of each importing it
-                ctx.set_forkserver_preload(["torch", "posenc.report.executors"])
+                # workers fork from a server that has imported these once, instead of each importing them
+                ctx.set_forkserver_preload(list(PRELOAD))
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=ctx,
                 initializer=_init_worker, initargs=(self.threads,),
