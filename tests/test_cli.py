@@ -149,7 +149,7 @@ def test_encodings_name_says_what_each_argument_means():
     args = payload["arguments"]
     assert payload["name"] == "gaussian" and "sigma" in args and "kernel_width" in args
     assert args["sigma"]["meaning"] and args["kernel_width"]["meaning"]  # from the class's Args block
-    assert args["num_features"]["default"] == repr(create_encoding_default("gaussian", "num_features"))
+    assert args["num_features"]["default"] == create_encoding_default("gaussian", "num_features")  # a JSON number
     res = invoke("encodings", "bogus")
     assert res.exit_code == 2 and res.stderr.strip().startswith("error: unknown encoding 'bogus'")
 

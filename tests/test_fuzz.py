@@ -476,3 +476,104 @@ def test_offsets_from_positions_fuzz(pos, scale, frac):
     assert out.dtype == torch.int64
     assert torch.equal(out, pos.to(torch.int64)[None, :] - pos.to(torch.int64)[:, None])
 # =========================================================================== end of rotary / ALiBi / T5
+
+# =========================================================================== store records (#23 §2)
+# Job, claim and summary records as found on disk: arbitrary JSON, arbitrary bytes, and a valid
+# record with one field replaced. Reading never raises: a job record is finished or refused with a
+# reason (recomputed), a claim is held or torn, a summary is valid or an InvalidSummary naming its file.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_STORE_CONFIG = {"encoding": "gaussian", "sigma": 0.01, "seed": 3}
+
+
+def _store_record(tmp_path_factory):
+    from posenc.report.store import JobStore
+
+    store = JobStore(tmp_path_factory.mktemp("store"))
+    record = store.save("s", "k", _STORE_CONFIG, {"psnr": [31.5, 30.25], "ok": True}, 1.5)
+    return store, record
+
+
+@FUZZ
+@given(value=JSON_VALUES, field=st.sampled_from(["key", "digest", "config", "seconds", "result", "checksum",
+                                                 "extra", None]))
+def test_store_job_records_fuzz(tmp_path_factory, value, field):
+    import json as _json
+
+    from posenc.report.store import check_job_record, config_digest
+
+    store, record = _store_record(tmp_path_factory)
+    candidate = value if field is None else {**record, field: value}
+    try:
+        text = _json.dumps(candidate)
+    except ValueError:
+        return
+    store.path("s", "k").write_text(text)
+    got, why = store.lookup("s", "k", _STORE_CONFIG)
+    reason = check_job_record(_json.loads(text), "k", config_digest(_STORE_CONFIG))
+    assert (reason is None) == (got is not None)
+    if got is None:
+        assert isinstance(why, str) and why  # refused with a reason, recomputed
+    else:  # only the record as written passes (its checksum covers every other field)
+        assert got == record and why is None
+
+
+@FUZZ
+@given(blob=st.binary(max_size=64))
+def test_store_job_record_bytes_fuzz(tmp_path_factory, blob):
+    store, record = _store_record(tmp_path_factory)
+    store.path("s", "k").write_bytes(blob)
+    got, why = store.lookup("s", "k", _STORE_CONFIG)
+    assert got is None and why
+
+
+@FUZZ
+@given(value=JSON_VALUES)
+def test_store_claim_records_fuzz(tmp_path_factory, value):
+    import json as _json
+    import os as _os
+    import time as _time
+
+    from posenc.report.store import acquire_claim
+
+    path = tmp_path_factory.mktemp("claims") / "k.claim"
+    try:
+        path.write_text(_json.dumps(value))
+    except ValueError:
+        return
+    old = _time.time() - 3600
+    _os.utime(path, (old, old))  # unrefreshed for an hour: taken over whatever it holds
+    claim = acquire_claim(path, timeout=60)
+    assert claim is not None and claim.owned()
+    claim.release()
+    assert not path.exists()
+
+
+@FUZZ
+@given(value=JSON_VALUES, field=st.sampled_from(["section", "title", "profile", "command", "quick_budget_s",
+                                                 "compute_seconds", "markdown", "summary", None]))
+def test_store_summary_records_fuzz(tmp_path_factory, value, field):
+    import json as _json
+
+    from posenc.report.store import InvalidSummary, check_summary_record, read_summary
+
+    good = {"section": "coords", "title": "T", "profile": "quick", "command": None, "quick_budget_s": 150.0,
+            "compute_seconds": 12.5, "markdown": "text", "summary": {}}
+    assert check_summary_record(good, "coords") is None
+    candidate = value if field is None else {**good, field: value}
+    try:
+        text = _json.dumps(candidate)
+    except ValueError:
+        return
+    path = tmp_path_factory.mktemp("summary") / "coords.json"
+    path.write_text(text)
+    reason = check_summary_record(_json.loads(text), "coords")
+    if reason is None:
+        assert read_summary(path, "coords")["markdown"] == candidate["markdown"]
+    else:
+        with pytest.raises(InvalidSummary, match="coords.json"):
+            read_summary(path, "coords")
+# =========================================================================== end of store records

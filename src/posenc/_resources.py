@@ -10,6 +10,7 @@ the largest tensors; they are not a profiler.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -49,6 +50,8 @@ def parse_bytes(text: str, name: str = "--max-memory") -> int:
     if not match or match.group(2).lower() not in _UNITS:
         raise ValueError(f"{name} must be a size such as 512M, 8G or 2.5GiB, got {text!r}")
     value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite size such as 512M, 8G or 2.5GiB, got {text!r}")
     if not value >= 1:
         raise ValueError(f"{name} must be at least 1 byte, got {text!r}")
     return int(value)

@@ -5,14 +5,19 @@ progress bars and errors go to stderr. A bad argument or input file (including
 a usage error: unknown option or command, a value of the wrong type) ends with
 one ``error: ...`` line on stderr and exit code 2, never a traceback; so does
 a command whose estimated memory exceeds ``--max-memory`` (checked before any
-work starts) and a fit that diverged. Any other exception is a bug and shows
-its traceback; ``posenc --debug COMMAND`` shows the traceback of bad-input
-errors too.
+work starts) and a fit that diverged. Numbers are bounded where they are parsed:
+every integer option lies in int64 (a ``--seed`` in ``[0, 2**63 - 1]``), every
+float option is finite, counts that multiply work (``--seeds``, local
+``--workers``, ``--threads``) have upper bounds. A missing optional dependency
+is one line naming the extra that installs it (``pip install "posenc[cli]"``).
+Any other exception is a bug and shows its traceback; ``posenc --debug COMMAND``
+shows the traceback of bad-input errors too.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import HAS_RICH, TyperCommand, TyperGroup
 
 import posenc
 from posenc.report.registry import SECTIONS
@@ -41,8 +46,68 @@ def _one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else err.__class__.__name__
 
 
+#: the range of every integer option: what torch and numpy take (int64)
+INT64 = (-(2**63), 2**63 - 1)
+#: integer options with a narrower range, by parameter name (a seed is a non-negative int64)
+INT_RANGES = {"seed": (0, 2**63 - 1)}
+
+
+def check_numbers(ctx: Any, params: list) -> None:
+    """Refuse parsed numeric option values no command can use, naming the option.
+
+    Every integer lies in int64 (a seed in ``[0, 2**63 - 1]``), every float is finite:
+    ``--seed 18446744073709551616`` or ``--lr 1e400`` is a usage error here, before any
+    command runs, not an ``OverflowError`` (or a NaN) deep inside.
+    """
+    for param in params:
+        value = ctx.params.get(param.name)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, bool):
+                continue
+            if isinstance(v, int):
+                lo, hi = INT_RANGES.get(param.name or "", INT64)
+                if not lo <= v <= hi:
+                    raise typer.BadParameter(f"must be an integer from {lo} to {hi}, got {v}", ctx=ctx, param=param)
+            elif isinstance(v, float) and not math.isfinite(v):
+                raise typer.BadParameter(f"must be a finite number, got {v}", ctx=ctx, param=param)
+
+
+def _tidy_help(command: Any, params: list) -> list:
+    """Help as written: flags get no ``<bool>`` type, and ``[...]`` in help texts (``posenc[ray]``)
+    is not taken for rich markup and swallowed."""
+    rich = HAS_RICH and getattr(command, "rich_markup_mode", None) == "rich"
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+        if rich and getattr(param, "help", None) and not getattr(param, "_posenc_escaped", False):
+            from rich.markup import escape
+
+            param.help, param._posenc_escaped = escape(param.help), True
+    if rich and command.help and not getattr(command, "_posenc_escaped", False):
+        from rich.markup import escape
+
+        command.help, command._posenc_escaped = escape(command.help), True
+    return params
+
+
+class _Command(TyperCommand):
+    """Every ``posenc`` command: its numbers checked (:func:`check_numbers`), its help tidied."""
+
+    def get_params(self, ctx: Any) -> list:
+        return _tidy_help(self, super().get_params(ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        check_numbers(ctx, self.params)
+        return super().invoke(ctx)
+
+
 class _OneLineErrors(TyperGroup):
     """Usage errors (unknown option or command, a bad value) as one ``error:`` line, exit 2."""
+
+    def get_params(self, ctx: Any) -> list:
+        for command in self.commands.values():  # their one-line help is listed here
+            _tidy_help(command, [])
+        return _tidy_help(self, super().get_params(ctx))
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
         if not standalone_mode:
@@ -85,13 +150,24 @@ class CliError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
+def _check_count(option: str, value: int) -> int:
+    """A count of threads or local workers: 1 to 4 x the cores (see ``executors.check_count``);
+    0 or a negative count is a usage error, not raised to 1."""
+    from posenc.report.executors import check_count
+
+    if value < 1:
+        raise CliError(f"{option} must be >= 1, got {value}")
+    try:
+        return check_count(option, value)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+
+
 def _set_threads(threads: int) -> None:
-    """``torch.set_num_threads(threads)``; 0 or a negative count is a usage error, not raised to 1."""
+    """``torch.set_num_threads(threads)`` after :func:`_check_count`."""
     import torch
 
-    if threads < 1:
-        raise CliError(f"--threads must be >= 1, got {threads}")
-    torch.set_num_threads(threads)
+    torch.set_num_threads(_check_count("--threads", threads))
 
 
 def _version(value: bool) -> None:
@@ -161,6 +237,9 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
             raise CliError(f"--set expects key=value, got {item!r}")
         key = key.strip()  # a key given twice: the last value wins
         out[key] = _parse_dtype(key, value.strip()) if key in DTYPE_KEYS else _parse_value(value.strip())
+        for v in out[key] if isinstance(out[key], tuple) else (out[key],):
+            if isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+                raise CliError(f"--set {key}={value.strip()}: {v} is outside the 64-bit integer range")
     return out
 
 
@@ -198,7 +277,8 @@ class PlainProgress:
     """
 
     def __init__(self, description: str, stream: Any = None, every: float = 5.0, unit: str = "",
-                 start: float | None = None, rate_from_first: bool = False, quiet_start: bool = False) -> None:
+                 start: float | None = None, rate_from_first: bool = False, quiet_start: bool = False,
+                 eta_after: float = 0.0) -> None:
         import time
 
         self.description, self.every, self.unit = description, every, unit
@@ -215,6 +295,9 @@ class PlainProgress:
         # quiet_start: nothing at all before ``every`` seconds have passed, so a short
         # command (or one that fails at once) leaves stderr to its result or its error line
         self._quiet_start = quiet_start
+        # eta_after: no ETA ("?") before this fraction of the work to do in this run is done
+        # (the first jobs of a run are its cheapest: their rate is mostly start-up, not work)
+        self._eta_after = eta_after
         self._lines = 0
 
     def update(self, done: float, total: float, item: str = "", force: bool = False, skipped: bool = False,
@@ -238,7 +321,9 @@ class PlainProgress:
         else:
             spent, worked = elapsed, done - self._skipped
         left = max(0.0, total - done)
-        eta = "0s" if left == 0 else (_duration(spent / worked * left) if worked > 0 else "?")
+        todo = total - self._skipped
+        early = todo > 0 and (done - self._skipped) < self._eta_after * todo
+        eta = "0s" if left == 0 else (_duration(spent / worked * left) if worked > 0 and not early else "?")
         pct = 100.0 * done / total if total else 100.0
         head = f"{self.description}: {item}, " if item else f"{self.description}: "
         amount = count or f"{done:g}/{total:g}{self.unit}"
@@ -289,6 +374,13 @@ def _run(fn, *args, **kwargs):
         if _state["debug"]:
             raise
         _fail(err)
+    except ModuleNotFoundError as err:  # an optional dependency: name the extra that installs it
+        from posenc._extras import install_hint, missing_extra
+
+        module = missing_extra(err)
+        if _state["debug"] or module is None:
+            raise
+        _fail(err if "pip install" in str(err) else ImportError(install_hint(module, "this command")))
     except RuntimeError as err:  # torch's CPU allocator reports exhaustion as a RuntimeError
         if _state["debug"] or "can't allocate memory" not in str(err):
             raise
@@ -452,6 +544,20 @@ SetOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else.")]
 
 
+def _json_value(value: Any) -> Any:
+    """``value`` with its JSON type: numbers, booleans, null, strings, lists (from tuples) and objects
+    stay what they are; anything else (a ``torch.dtype``, a class) becomes its ``repr``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return repr(value)
+
+
 @app.command("encodings")
 def encodings_cmd(
     name: Annotated[Optional[str], typer.Argument(help="Show what each argument of this encoding means.")] = None,
@@ -465,29 +571,29 @@ def encodings_cmd(
             if name not in available_encodings():
                 raise CliError(f"unknown encoding {name!r}; available: {', '.join(available_encodings())}")
             docs = encoding_parameter_docs(name)
-            return {"name": name, "arguments": {k: {"default": repr(v), "meaning": docs.get(k, "")}
+            return {"name": name, "arguments": {k: {"default": v, "meaning": docs.get(k, "")}
                                                 for k, v in encoding_parameters(name).items()}}
 
         detail = _run(one)
         if as_json:
-            sys.stdout.write(json.dumps(detail) + "\n")
+            sys.stdout.write(json.dumps(_json_value(detail)) + "\n")
             return
         table = Table(title=f"encoding {name!r}: create_encoding({name!r}, ...) / --set ARG=VALUE")
         for col in ("argument", "default", "meaning"):
             table.add_column(col)
         for arg, info in detail["arguments"].items():
-            table.add_row(arg, info["default"], " ".join(info["meaning"].split()))
+            table.add_row(arg, repr(info["default"]), " ".join(info["meaning"].split()))
         out_console.print(table)
         return
-    payload = {name: {k: repr(v) for k, v in encoding_parameters(name).items()} for name in available_encodings()}
+    payload = {name: encoding_parameters(name) for name in available_encodings()}
     if as_json:
-        sys.stdout.write(json.dumps(payload) + "\n")
+        sys.stdout.write(json.dumps(_json_value(payload)) + "\n")
         return
     table = Table(title="encodings")
     table.add_column("name")
     table.add_column("arguments (defaults)")
     for name, params in payload.items():
-        table.add_row(name, ", ".join(f"{k}={v}" for k, v in params.items()))
+        table.add_row(name, ", ".join(f"{k}={v!r}" for k, v in params.items()))
     out_console.print(table)
     out_console.print("What each argument means: posenc encodings NAME", highlight=False)
 
@@ -814,17 +920,24 @@ def reproduce_cmd(
     def go() -> dict:
         import torch
 
-        from posenc.report.executors import default_threads
+        from posenc.report.executors import available_cores, default_threads
         from posenc.report.registry import available_sections
-        from posenc.report.runner import parse_shard, plan_jobs, reproduce, select_jobs
+        from posenc.report.runner import check_seeds, parse_shard, plan_jobs, reproduce, select_jobs
 
         if workers < 1:
             raise CliError(f"--workers must be >= 1, got {workers}")
         if threads is not None and threads < 1:
             raise CliError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads or default_threads(workers))
+        if executor != "ray":  # on Ray: jobs in flight and a task's CPUs on the cluster (checked there)
+            _check_count("--workers", workers)
+            if threads is not None:
+                _check_count("--threads", threads)
+        check_seeds(seeds, "--seeds")  # before planning: 10**12 seeds would plan without end
+        torch.set_num_threads(min(threads or default_threads(workers), available_cores()))  # this driver's own
         names = list(sections or available_sections())
         parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
+        if not list_jobs:
+            _check_reproduce_extras(names)
         if list_jobs:
             shard_t = parse_shard(shard)
             return {name: [{"key": j.key, "cost": j.cost, "alone": j.alone, "config": j.config_dict()}
@@ -845,14 +958,18 @@ def reproduce_cmd(
             def progress(section: str, key: str, done: float, total: float, skipped: bool,
                          count: int = 0, of: int = 0) -> None:
                 if section not in plain:  # a section's clock starts when the previous one ended
-                    plain[section] = PlainProgress(f"reproduce {section}", start=began["t"])
+                    plain[section] = PlainProgress(f"reproduce {section}", start=began["t"], eta_after=0.05)
                 bar = plain[section]
                 bar.update(done, total, f"{key}{' (done before)' if skipped else ''}", force=True,
                            skipped=skipped, count=f"{count}/{of} jobs")
                 if count == of:
                     began["t"] = time.monotonic()
 
-            return reproduce(names, profile, out, seeds, shard, progress, **kwargs)
+            def notice(message: str) -> None:
+                sys.stderr.write(f"warning: {message}\n")
+                sys.stderr.flush()
+
+            return reproduce(names, profile, out, seeds, shard, progress, notice=notice, **kwargs)
         state = {"bar": None, "task": None}
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -865,7 +982,10 @@ def reproduce_cmd(
                 bar.update(state["task"], completed=done, total=total,
                            description=f"{section} {count}/{of}: {key}{' (done before)' if skipped else ''}")
 
-            result = reproduce(names, profile, out, seeds, shard, progress, **kwargs)
+            def notice(message: str) -> None:
+                bar.console.print(f"warning: {message}", markup=False, highlight=False)
+
+            result = reproduce(names, profile, out, seeds, shard, progress, notice=notice, **kwargs)
         return result
 
     try:
@@ -878,9 +998,7 @@ def reproduce_cmd(
     if as_json or list_jobs:
         if not as_json:
             for name, jobs in payload.items():
-                out_console.print(f"[bold]{name}[/]: {len(jobs)} jobs")
-                for item in jobs:
-                    out_console.print(f"  {item['key']}", highlight=False)
+                sys.stdout.write(f"{name}: {len(jobs)} jobs\n" + "".join(f"  {item['key']}\n" for item in jobs))
             return
         sys.stdout.write(_to_json(payload) + "\n")
         return
@@ -889,10 +1007,46 @@ def reproduce_cmd(
         if shard or job:
             out_console.print(f"{name}: computed {len(lists['computed'])}, skipped {len(lists['skipped'])}, "
                               f"claimed by another run {len(lists['claimed_elsewhere'])}", highlight=False)
+    for name, records in payload.get("results", {}).items():
+        for key, record in records.items():
+            _print_job(name, key, record, computed=key in payload["jobs"][name]["computed"], out=payload["out"])
     for name, rec in payload["sections"].items():
         claims = rec["summary"].get("claims", {}) if isinstance(rec["summary"], dict) else {}
         verdicts = ", ".join(f"{k}: {_claim_word(v)}" for k, v in claims.items())
         out_console.print(f"{name}: {rec['compute_seconds']:.0f} s of compute; {verdicts}", highlight=False)
+
+
+#: a job result's value longer than this is cut in the table (``--json`` and the stored file have it all)
+RESULT_CELL = 120
+
+
+def _print_job(section: str, key: str, record: dict, computed: bool, out: str) -> None:
+    """One job's stored result (``reproduce --job KEY``) as a table of its fields."""
+    how = f"computed in {record['seconds']:.2f} s" if computed else f"stored before ({record['seconds']:.2f} s)"
+    table = Table(title=f"{section}/{key}: {how}", show_header=False)
+    cut = False
+    for field, value in record["result"].items():
+        text = f"{value:.6g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
+        if len(text) > RESULT_CELL:
+            text, cut = text[:RESULT_CELL - 1] + "…", True
+        table.add_row(str(field), text)
+    out_console.print(table)
+    if cut:
+        path = Path(out) / "jobs" / section / f"{key}.json"
+        out_console.print(f"(long values cut; the whole result: --json, or {path})", highlight=False)
+
+
+def _check_reproduce_extras(names: list[str]) -> None:
+    """What the jobs and the report import, checked before any of them runs: the ``cli`` extra
+    (figures, embedded images and digits) and, for the gir section, the ``graph`` extra."""
+    from posenc._extras import install_hint, missing_modules
+
+    missing = missing_modules(("matplotlib", "PIL", "sklearn"))
+    if missing:
+        raise CliError(install_hint(missing[0], "posenc reproduce"))
+    missing = missing_modules(("torch_geometric", "networkx")) if "gir" in names else []
+    if missing:
+        raise CliError(install_hint(missing[0], "the gir section") + " (or leave gir out)")
 
 
 def _claim_holds(claim: Any) -> bool | None:
@@ -914,8 +1068,15 @@ def _claim_word(claim: Any) -> str:
     return {True: "yes", False: "no", None: "n/a"}[_claim_holds(claim)]
 
 
+# every command (the ones registered above included) checks its numbers and tidies its help
+for _info in app.registered_commands:
+    if _info.cls in (None, TyperCommand):
+        _info.cls = _Command
+
+
 def main() -> None:
-    app()
+    """The ``posenc`` command (installed as ``posenc.__main__:main``, which checks the ``cli`` extra first)."""
+    app(prog_name="posenc")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -115,3 +115,26 @@ def test_fit_signal_prints_plain_progress(monkeypatch):
     assert res.exit_code == 0, res.stderr
     lines = [line for line in res.stderr.splitlines() if line.startswith("fit gaussian (linear)")]
     assert lines and lines[-1].startswith("fit gaussian (linear): 30/30 steps (100%)")
+
+
+def test_plain_progress_gives_no_eta_before_a_share_of_the_work():
+    # a run's first jobs are its cheapest (see runner.submission_order): their rate is mostly start-up
+    clock = iter([0.0, 20.0, 20.5, 40.0]).__next__
+    buf = io.StringIO()
+    bar = cli.PlainProgress("reproduce s", stream=buf, every=0.0, eta_after=0.05)
+    bar._clock = clock
+    bar.start = clock()
+    bar.update(0.5, 100, "a", force=True)  # 0.5 %: no estimate yet
+    bar.update(1.0, 100, "b", force=True)
+    bar.update(10.0, 100, "c", force=True)  # 10 % in 40 s: 360 s to go
+    lines = buf.getvalue().splitlines()
+    assert lines[0].endswith("ETA ?") and lines[1].endswith("ETA ?") and lines[2].endswith("ETA 6m00s"), lines
+    # work done before (skipped) does not count towards the share
+    clock = iter([0.0, 1.0, 30.0]).__next__
+    buf = io.StringIO()
+    bar = cli.PlainProgress("reproduce s", stream=buf, every=0.0, eta_after=0.05)
+    bar._clock = clock
+    bar.start = clock()
+    bar.update(50.0, 100, "done before", force=True, skipped=True)
+    bar.update(51.0, 100, "x", force=True)  # 1 of 50 to do: 2 %
+    assert buf.getvalue().splitlines()[-1].endswith("ETA ?")

@@ -50,3 +50,10 @@ def section(n: int = 6, sleep: float = 0.0, fail: tuple[int, ...] = (), alone: t
         return f"values: {summary['values']}\n"
 
     return Section("toy", "Toy", plan, summarize, render, quick_budget_s=1.0)
+
+
+def modules_at_start(cfg: Cfg) -> dict:
+    """Which heavy modules a worker holds when its job starts (imported by the forkserver, not here)."""
+    import sys
+
+    return {"modules": sorted(m for m in ("torch", "sklearn.datasets", "PIL.Image") if m in sys.modules)}

@@ -74,6 +74,35 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: what the forkserver imports before it forks the local workers: torch, and what the jobs of the
+#: report import on their first call (scikit-learn's datasets, for the embedded images and digits,
+#: cost ~1.5 s per worker on an idle core and ~5 s on a loaded one; Pillow). A module that is not
+#: installed is skipped (by multiprocessing).
+PRELOAD = ("torch", "posenc.report.executors", "sklearn.datasets", "PIL.Image")
+
+#: at most this many local workers, or torch threads per job, per core this process may use:
+#: beyond it nothing runs faster, and every worker is a process holding torch (~200 MB), every
+#: thread a stack (``--threads 100000000`` crashed torch, ``--workers 10**6`` would fork as many
+#: processes as there are jobs)
+PER_CORE = 4
+
+
+def max_per_machine() -> int:
+    """The most local workers, or threads per job, that :func:`check_count` accepts: ``PER_CORE`` x cores."""
+    return PER_CORE * available_cores()
+
+
+def check_count(name: str, value: Any) -> int:
+    """``value`` as a count of local workers or threads: an integer from 1 to :func:`max_per_machine`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    most = max_per_machine()
+    if value > most:
+        raise ValueError(f"{name} must be at most {most} ({PER_CORE} x the {available_cores()} cores this "
+                         f"process may use), got {value}")
+    return value
+
+
 def default_threads(workers: int) -> int:
     """Threads per worker so that ``workers`` workers do not oversubscribe: cores // workers, >= 1."""
     return max(1, available_cores() // max(1, workers))
@@ -168,12 +197,10 @@ class LocalExecutor:
 
     def __init__(self, workers: int, threads: int | None = None, context: str | None = None,
                  max_retries: int = 2) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        check_count("workers", workers)
         if threads is None:
             threads = default_threads(workers)
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        check_count("threads", threads)
         if context is None:
             context = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         if context not in ("forkserver", "spawn"):
@@ -189,13 +216,28 @@ class LocalExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context(self.context)
             if self.context == "forkserver":
-                # workers fork from a server that has imported torch once, instead of each importing it
-                ctx.set_forkserver_preload(["torch", "posenc.report.executors"])
+                # workers fork from a server that has imported these once, instead of each importing them
+                ctx.set_forkserver_preload(list(PRELOAD))
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=ctx,
                 initializer=_init_worker, initargs=(self.threads,),
             )
         return self._pool
+
+    def start(self) -> None:
+        """Start the worker processes now instead of at the first :meth:`submit`.
+
+        A run calls this before it plans its first section, so the workers' start-up
+        (a fork from the server, torch's thread pools) overlaps the planning. Idempotent.
+        """
+        if self._pool is not None:
+            return
+        pool = self._get_pool()
+        try:
+            for _ in range(self.workers):  # a process per worker: the pool spawns one per waiting task
+                pool.submit(os.getpid)
+        except BrokenProcessPool:  # noticed (and the pool replaced) at the first real wait()
+            pass
 
     def submit(self, task: Task) -> None:
         self._attempts.setdefault(task.key, 0)
@@ -371,6 +413,10 @@ def make_executor(kind: str = "local", workers: int = 1, threads: int | None = N
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if kind == "local":  # on Ray, threads are a task's CPUs on the cluster (checked there), workers jobs in flight
+        check_count("workers", workers)
+        if threads is not None:
+            check_count("threads", threads)
     if kind == "ray":
         return RayExecutor(address=address, threads=threads or 1, max_in_flight=workers if workers > 1 else None)
     if address is not None:

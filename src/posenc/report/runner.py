@@ -14,6 +14,7 @@ by the same config, so a killed run loses nothing that finished.
 from __future__ import annotations
 
 import datetime as _dt
+import heapq
 import os
 import platform
 import sys
@@ -33,13 +34,22 @@ from posenc.report.store import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
-    read_json,
+    read_summary,
 )
 
 Executor = InlineExecutor | LocalExecutor | RayExecutor
 
 #: ``progress(section, key, done_cost, total_cost, skipped, jobs_done, jobs_total)`` after each job.
 ProgressFn = Callable[[str, str, float, float, bool, int, int], None]
+
+#: The most seeds a run may ask for (``--seeds``). Every section plans jobs in proportion to its
+#: seeds (coords about 46 per seed, 4,600 at this bound); a bound keeps ``--seeds 10**12`` from
+#: planning, listing and claiming without end (planning is not free: ~0.7 ms per coords job).
+MAX_SEEDS = 100
+
+#: ``notice(message)``: something the run found and handled (a stored record that is torn or
+#: invalid, hence recomputed); the CLI prints it as a ``warning:`` line.
+NoticeFn = Callable[[str], None]
 
 
 class JobsFailed(RuntimeError):
@@ -77,7 +87,9 @@ def balance_shards(costs: Sequence[float], n: int) -> list[list[int]]:
     order) each go to the shard with the smallest load so far (ties: the lower
     shard). Deterministic, so every worker of an array computes the same split;
     each shard lists its indices in plan order. The largest load is at most
-    4/3 of the optimum (Graham 1969).
+    4/3 of the optimum (Graham 1969). Time O(m log m + n) for m jobs: only the
+    min(m, n) lowest shards can receive a job, the others stay empty (see
+    :func:`shard_of`, which never builds them).
 
     Args:
         costs: the jobs' ``cost`` values, in plan order (finite, >= 0).
@@ -86,25 +98,45 @@ def balance_shards(costs: Sequence[float], n: int) -> list[list[int]]:
     Returns:
         ``n`` lists of indices into ``costs``; together a partition of ``range(len(costs))``.
     """
+    return _balance(costs, n) + [[] for _ in range(n - min(n, len(costs)))]
+
+
+def shard_of(costs: Sequence[float], i: int, n: int) -> list[int]:
+    """Shard ``i`` (0-based) of :func:`balance_shards` ``(costs, n)``, without building the empty shards."""
+    bins = _balance(costs, n)
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+        raise ValueError(f"i must be an integer in [0, n), got {i!r}")
+    return bins[i] if i < len(bins) else []
+
+
+def _balance(costs: Sequence[float], n: int) -> list[list[int]]:
+    """The first min(len(costs), n) shards of :func:`balance_shards` (the rest are empty)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     for c in costs:
         if not (isinstance(c, (int, float)) and c >= 0 and c != float("inf")):
             raise ValueError(f"costs must be finite and >= 0, got {c!r}")
-    loads = [0.0] * n
-    bins: list[list[int]] = [[] for _ in range(n)]
+    used = min(n, len(costs))  # a job goes to the lowest of the least loaded: never beyond index m - 1
+    heap = [(0.0, k) for k in range(used)]  # (load, shard): the least loaded, then the lowest, on top
+    bins: list[list[int]] = [[] for _ in range(used)]
     for i in sorted(range(len(costs)), key=lambda j: (-costs[j], j)):
-        b = min(range(n), key=lambda k: (loads[k], k))
+        load, b = heapq.heappop(heap)
         bins[b].append(i)
-        loads[b] += costs[i]
+        heapq.heappush(heap, (load + costs[i], b))
     return [sorted(b) for b in bins]
+
+
+def check_seeds(seeds: int | None, name: str = "seeds") -> None:
+    """``None`` (the profile's default) or an integer from 1 to :data:`MAX_SEEDS`."""
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int)
+                              or not 1 <= seeds <= MAX_SEEDS):
+        raise ValueError(f"{name} must be an integer from 1 to {MAX_SEEDS}, got {seeds!r}")
 
 
 def plan_jobs(name: str, profile: str, seeds: int | None) -> list[Job]:
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
-        raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
+    check_seeds(seeds)
     jobs = get_section(name).plan(profile, seeds)
     keys = [job.key for job in jobs]
     if len(set(keys)) != len(keys):
@@ -124,7 +156,33 @@ def select_jobs(jobs: Sequence[Job], shard: tuple[int, int] | None = None,
         jobs = [job for job in jobs if job.key in wanted]
     if shard is None:
         return list(jobs)
-    return [jobs[i] for i in balance_shards([job.cost for job in jobs], shard[1])[shard[0]]]
+    return [jobs[i] for i in shard_of([job.cost for job in jobs], shard[0], shard[1])]
+
+
+def submission_order(jobs: Sequence[Job], slots: int) -> list[Job]:
+    """The order in which a run submits ``jobs`` to an engine with ``slots`` jobs in flight.
+
+    First the ``slots`` cheapest jobs, one per worker, so that every worker finishes a job
+    (and the run prints its first progress line) as early as possible; then the rest by
+    decreasing cost (longest-processing-time first, which keeps one long job from running
+    alone at the end); ``alone`` (timing) jobs last, each waiting until nothing else runs.
+    Ties keep plan order. Results do not depend on the order: jobs are independent.
+
+    Args:
+        jobs: the jobs to run, in plan order.
+        slots: the engine's jobs in flight (>= 1).
+
+    Returns:
+        The same jobs, reordered.
+    """
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"slots must be a positive integer, got {slots!r}")
+    shared = [i for i, job in enumerate(jobs) if not job.alone]
+    first = sorted(sorted(shared, key=lambda i: (jobs[i].cost, i))[:slots])  # the cheapest, in plan order
+    taken = set(first)
+    rest = sorted((i for i in shared if i not in taken), key=lambda i: (-jobs[i].cost, i))
+    alone = [i for i, job in enumerate(jobs) if job.alone]
+    return [jobs[i] for i in (*first, *rest, *alone)]
 
 
 def _save_figure_factory(out: Path, section: str) -> Callable[[str, Any], str]:
@@ -173,14 +231,14 @@ def _execute_jobs(
 ) -> None:
     """Claim, submit and store ``todo`` through ``executor``; the driver alone writes the store.
 
-    Jobs are claimed one at a time as slots free up, so several drivers on one
-    directory split the work. An ``alone`` job waits until nothing else is in
+    Jobs are claimed one at a time as slots free up, in :func:`submission_order` (a cheap job
+    first on every worker), so several drivers on one directory split the work. An ``alone`` job waits until nothing else is in
     flight and runs with nothing beside it. Jobs another live driver holds are
     waited for (``wait_for_others``) or listed as ``claimed_elsewhere``.
     """
     keeper = ClaimKeeper(interval=max(0.05, claim_timeout / 5))
     held: dict[str, tuple[Job, Claim]] = {}
-    queue = list(todo)
+    queue = submission_order(todo, executor.slots)
     elsewhere: list[Job] = []
     running_alone = False
     try:
@@ -251,6 +309,7 @@ def run_section(
     keys: Sequence[str] | None = None,
     wait_for_others: bool | None = None,
     claim_timeout: float = 300.0,
+    notice: NoticeFn | None = None,
 ) -> dict:
     """Run (or resume) one section.
 
@@ -265,10 +324,14 @@ def run_section(
         wait_for_others: wait for jobs that another live driver has claimed (default:
             only when the section is summarised, i.e. no shard and no keys).
         claim_timeout: seconds after which a claim nobody refreshed is taken over.
+        notice: called with one line for each stored job record that is torn or not a valid
+            record (see :func:`posenc.report.store.check_job_record`): it is recomputed.
 
     Returns:
         ``{"record": summary record or None, "jobs": {"computed", "skipped",
-        "claimed_elsewhere": [keys], "failed": {key: error}}}``.
+        "claimed_elsewhere": [keys], "failed": {key: error}, "invalid": {key: why}},
+        "results": {key: stored record}}`` (``invalid``: records found torn or invalid and
+        recomputed; ``results``: the records of this run's jobs that finished).
     """
     section = get_section(name)
     jobs = plan_jobs(name, profile, seeds)
@@ -280,11 +343,13 @@ def run_section(
     total = sum(job.cost for job in mine) or 1.0
     state = {"done": 0.0, "count": 0, "computed_s": 0.0}
     results: dict[str, dict] = {}
-    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}}
+    records: dict[str, dict] = {}
+    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}, "invalid": {}}
     start = time.perf_counter()
 
     def on_done(job: Job, record: dict, skipped: bool) -> None:
         results[job.key] = record["result"]
+        records[job.key] = record
         state["done"] += job.cost
         state["count"] += 1
         if not skipped:
@@ -294,7 +359,11 @@ def run_section(
 
     todo = []
     for job in mine:
-        record = store.load(name, job.key, job.config_dict())
+        record, problem = store.lookup(name, job.key, job.config_dict())
+        if problem is not None:
+            lists["invalid"][job.key] = problem
+            if notice is not None:
+                notice(f"{store.path(name, job.key)} is not a valid job record ({problem}); recomputing it")
         if record is None:
             todo.append(job)
         else:
@@ -311,8 +380,9 @@ def run_section(
     for name_ in ("computed", "skipped", "claimed_elsewhere"):
         lists[name_].sort(key=order.__getitem__)  # plan order, whatever order the jobs finished in
     lists["failed"] = dict(sorted(lists["failed"].items(), key=lambda kv: order[kv[0]]))
+    done = {job.key: records[job.key] for job in jobs if job.key in records}
     if partial or lists["failed"] or lists["claimed_elsewhere"]:
-        return {"record": None, "jobs": lists}
+        return {"record": None, "jobs": lists, "results": done}
     summary = section.summarize(results)
     markdown = section.render(summary, _save_figure_factory(out, name))
     job_seconds = {}
@@ -338,7 +408,7 @@ def run_section(
         "jobs": job_seconds,
     }
     atomic_write_json(out / f"{name}.json", record)
-    return {"record": record, "jobs": lists}
+    return {"record": record, "jobs": lists, "results": done}
 
 
 def run_job(
@@ -388,8 +458,27 @@ def run_job(
     return record
 
 
+def check_summaries(out: Path, names: Sequence[str] | None = None) -> dict[str, dict]:
+    """Read and validate the section summaries ``out/<section>.json`` that exist (of ``names``, default all).
+
+    Raises:
+        InvalidSummary: one is not a valid summary (the message names the file and the
+            command that rebuilds it).
+    """
+    found = {}
+    for name in SECTIONS if names is None else names:
+        path = out / f"{name}.json"
+        if path.exists():
+            found[name] = read_summary(path, name, out)
+    return found
+
+
 def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
-    """Assemble ``report.md`` from every ``<section>.json`` in ``out``."""
+    """Assemble ``report.md`` from every ``<section>.json`` in ``out`` (each validated first).
+
+    Raises:
+        InvalidSummary: a summary file is not valid (nothing is written).
+    """
     info = versions()
     lines = [
         "# posenc reproduction report",
@@ -401,11 +490,7 @@ def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
     ]
     index = []
     bodies = []
-    for name in SECTIONS:
-        path = out / f"{name}.json"
-        if not path.exists():
-            continue
-        rec = read_json(path)
+    for name, rec in check_summaries(out).items():
         index.append(
             f"| [{rec['title']}](#{name}) | `{name}` | {rec['profile']} | "
             f"{rec['compute_seconds']:.1f} | {rec['quick_budget_s']:.0f} | `{rec.get('command') or ''}` |"
@@ -437,6 +522,7 @@ def reproduce(
     address: str | None = None,
     threads: int | None = None,
     jobs: Sequence[str] | None = None,
+    notice: NoticeFn | None = None,
 ) -> dict:
     """Run the named sections (all when empty) and write the report.
 
@@ -455,13 +541,17 @@ def reproduce(
         threads: torch threads per job (default: cores // workers, at least 1; 1 on Ray,
             where it is also the CPUs each task reserves).
         jobs: run only these job keys (one section); no report.
+        notice: called with one line for each stored job record found torn or invalid (recomputed).
 
     Returns:
         ``{"out": dir, "report": path or None, "sections": {name: summary},
-        "jobs": {name: {"computed", "skipped", "claimed_elsewhere": [keys], "failed": {key: error}}}}``.
+        "jobs": {name: {"computed", "skipped", "claimed_elsewhere": [keys], "failed": {key: error},
+        "invalid": {key: why}}}}``; with ``jobs``, also ``"results": {name: {key: stored record}}``.
 
     Raises:
         JobsFailed: after every other job finished and was stored, when some jobs raised.
+        InvalidSummary: before any work, when the report would include another section's
+            summary file that is not valid.
     """
     from posenc.report.executors import default_threads
 
@@ -476,16 +566,23 @@ def reproduce(
     if out is None:
         out = Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out)
+    partial = shard_t is not None or bool(jobs)
+    if not partial:  # the report will include the other sections' summaries: check them before any work
+        check_summaries(out, [name for name in SECTIONS if name not in names])
     engine = make_executor(executor, workers, threads, address)
-    out.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, Any] = {}
     job_lists: dict[str, Any] = {}
+    job_results: dict[str, Any] = {}
     failures: dict[str, str] = {}
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        if isinstance(engine, LocalExecutor):
+            engine.start()  # the workers start (and import torch) while the first section is planned
         for name in names:
             res = run_section(name, profile, out, seeds, shard_t, progress, argv or sys.argv,
-                              executor=engine, threads=threads, keys=jobs)
+                              executor=engine, threads=threads, keys=jobs, notice=notice)
             job_lists[name] = res["jobs"]
+            job_results[name] = res["results"]
             failures.update({f"{name}/{k}": v for k, v in res["jobs"]["failed"].items()})
             record = res["record"]
             if record is not None:
@@ -495,10 +592,11 @@ def reproduce(
                 }
     finally:
         engine.close()
-    partial = shard_t is not None or bool(jobs)
     report = None if partial or failures else write_report(out, argv or sys.argv)
     payload = {"out": str(out), "report": None if report is None else str(report), "sections": summaries,
                "jobs": job_lists}
+    if jobs:
+        payload["results"] = job_results
     if failures:
         raise JobsFailed(failures, payload)
     return payload

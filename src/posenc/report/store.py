@@ -104,11 +104,121 @@ def config_digest(config: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: the fields of a job record, in the order they are written (``checksum`` last)
+JOB_FIELDS = ("key", "digest", "config", "seconds", "result", "checksum")
+
+
+def _checksum(fields: dict) -> str:
+    """sha256 of a record's other fields as compact strict JSON (what :meth:`JobStore.save` writes)."""
+    blob = json.dumps(fields, indent=None, allow_nan=False, sort_keys=False).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_job_record(record: Any, key: str, digest: str | None = None) -> str | None:
+    """Why ``record`` (parsed JSON) is not a valid job record of ``key``; ``None`` if it is.
+
+    Schema: an object with exactly the fields of :data:`JOB_FIELDS`: ``key`` (this key),
+    ``digest`` (a string; when ``digest`` is given, equal to it), ``config`` (an object),
+    ``seconds`` (a finite number >= 0), ``result`` (a non-empty object) and ``checksum``
+    (the sha256 of the other fields, so that a value changed by hand or by a bad disk is
+    caught too; a record written before posenc wrote checksums has none, and is recomputed).
+    """
+    if not isinstance(record, dict):
+        return f"not a JSON object but {type(record).__name__ if record is not None else 'null'}"
+    missing = [f for f in JOB_FIELDS if f not in record]
+    if missing:
+        return f"no {missing[0]!r} field"
+    extra = [f for f in record if f not in JOB_FIELDS]
+    if extra:
+        return f"an unknown field {extra[0]!r}"
+    if record["key"] != key:
+        return f"its key is {record['key']!r}, not {key!r}"
+    if not isinstance(record["digest"], str):
+        return f"'digest' is not a string: {record['digest']!r}"
+    if digest is not None and record["digest"] != digest:
+        return "made by another config (its digest differs)"
+    if not isinstance(record["config"], dict):
+        return f"'config' is not an object: {record['config']!r}"
+    if not _is_number(record["seconds"]) or record["seconds"] < 0:
+        return f"'seconds' is not a finite number >= 0: {record['seconds']!r}"
+    if not isinstance(record["result"], dict) or not record["result"]:
+        return f"'result' is not a non-empty object: {record['result']!r}"[:200]
+    if not isinstance(record["checksum"], str):
+        return f"'checksum' is not a string: {record['checksum']!r}"
+    try:
+        expected = _checksum({f: record[f] for f in JOB_FIELDS[:-1]})
+    except ValueError:  # NaN/inf cannot be in a record we wrote
+        return "a value that strict JSON does not allow"
+    if record["checksum"] != expected:
+        return "its checksum does not match its contents (changed after it was written)"
+    return None
+
+
+class InvalidSummary(ValueError):
+    """A section summary ``DIR/<section>.json`` that is not valid: the message names the file and what to do."""
+
+
+#: a summary's fields that the report reads, with their checks
+_SUMMARY_FIELDS: dict[str, tuple[str, Any]] = {
+    "section": ("the section's name", None),
+    "title": ("a string", lambda v: isinstance(v, str)),
+    "profile": ("quick or full", lambda v: v in ("quick", "full")),
+    "command": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "quick_budget_s": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
+    "compute_seconds": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
+    "markdown": ("a string", lambda v: isinstance(v, str)),
+    "summary": ("an object", lambda v: isinstance(v, dict)),
+}
+
+
+def check_summary_record(record: Any, section: str) -> str | None:
+    """Why ``record`` (parsed JSON) is not a valid summary of ``section``; ``None`` if it is."""
+    if not isinstance(record, dict):
+        return f"not a JSON object but {type(record).__name__ if record is not None else 'null'}"
+    for field, (what, ok) in _SUMMARY_FIELDS.items():
+        if field not in record:
+            return f"no {field!r} field"
+        value = record[field]
+        if (value != section) if ok is None else not ok(value):
+            return f"{field!r} is not {what}: {value!r}"[:200]
+    return None
+
+
+def read_summary(path: str | os.PathLike, section: str, out: str | os.PathLike | None = None) -> dict:
+    """Read and validate the summary of ``section`` at ``path``.
+
+    Raises:
+        InvalidSummary: the file is unreadable, not JSON, or not a valid summary; the
+            message names the file and the command that rebuilds it.
+    """
+    path = Path(path)
+    try:
+        record = read_json(path)
+        problem = check_summary_record(record, section)
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except (ValueError, RecursionError) as err:
+        problem = f"not JSON ({(str(err).splitlines() or [type(err).__name__])[0]})"
+    except OSError as err:
+        problem = f"unreadable ({err.strerror or err})"
+    if problem is None:
+        return record
+    where = f" --out {out}" if out is not None else ""
+    raise InvalidSummary(f"{path} is not a valid summary of section {section!r} ({problem}); delete it or "
+                         f"rebuild it with `posenc reproduce {section}{where}` (its stored jobs are reused)")
+
+
 class JobStore:
     """Finished jobs of one run directory: ``DIR/jobs/<section>/<key>.json``.
 
-    A job counts as finished only if its file exists, parses and was produced
-    by the same config (its digest matches); anything else is recomputed.
+    A job counts as finished only if its file exists, parses, is a valid record
+    (:func:`check_job_record`: every field of the right type, its checksum intact)
+    and was produced by the same config (its digest matches); anything else is
+    recomputed.
 
     Args:
         root: the run directory.
@@ -126,16 +236,31 @@ class JobStore:
         return self.root / "jobs" / section / f"{key}.json"
 
     def load(self, section: str, key: str, config: Any) -> dict | None:
+        """The finished record of ``key`` for ``config``, or ``None`` (missing, another config, invalid)."""
+        return self.lookup(section, key, config)[0]
+
+    def lookup(self, section: str, key: str, config: Any) -> tuple[dict | None, str | None]:
+        """``(record, None)`` for a finished job; ``(None, None)`` when it is missing or was made by
+        another config (both simply recomputed); ``(None, why)`` when its file is torn or not a
+        valid record (:func:`check_job_record`), which a run reports before recomputing it."""
         path = self.path(section, key)
-        if not path.exists():
-            return None
         try:
-            record = read_json(path)
-        except (OSError, ValueError):
-            return None
-        if record.get("digest") != config_digest(config):
-            return None
-        return record
+            with open(path, "rb") as fh:
+                blob = fh.read()
+        except FileNotFoundError:
+            return None, None
+        except OSError as err:
+            return None, f"unreadable ({err.strerror or err})"
+        try:
+            record = json.loads(blob.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None, "torn or not JSON"
+        problem = check_job_record(record, key)
+        if problem is not None:
+            return None, problem
+        if record["digest"] != config_digest(config):
+            return None, None  # a valid record of another config: recompute, nothing to report
+        return record, None
 
     def save(self, section: str, key: str, config: Any, result: Any, seconds: float) -> dict:
         record = {
@@ -145,6 +270,7 @@ class JobStore:
             "seconds": seconds,
             "result": _clean(result),
         }
+        record["checksum"] = _checksum(record)
         # compact JSON: the C encoder (indent falls back to the pure-Python one, 5x slower)
         atomic_write_text(self.path(section, key), to_json(record, indent=None) + "\n", fsync=self.fsync)
         return record
@@ -175,9 +301,10 @@ class Claim:
 
     def owned(self) -> bool:
         try:
-            return read_json(self.path).get("token") == self.token
-        except (OSError, ValueError):
+            info = _read_claim(self.path)
+        except OSError:
             return False
+        return info is not None and info.get("token") == self.token
 
     def refresh(self) -> None:
         """Touch the file so that others see its owner is alive."""
@@ -233,12 +360,33 @@ class ClaimKeeper:
             claim.release()
 
 
+def _read_claim(path: Path) -> dict | None:
+    """A claim file's ``{"host", "pid", "time", "token"}``; ``None`` when it is torn or not a claim
+    (not an object, or ``host`` or ``token`` not a string).
+
+    Raises:
+        FileNotFoundError: there is no claim file.
+    """
+    try:
+        info = read_json(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("host"), str) or not isinstance(info.get("token"), str):
+        return None
+    return info
+
+
 def claim_is_stale(info: dict, age: float, timeout: float) -> bool:
     """A claim is stale when its owner died on this host, or nobody refreshed it for ``timeout`` s."""
     if age > timeout:
         return True
-    if info.get("host") == HOST and isinstance(info.get("pid"), int):
-        return not _pid_alive(info["pid"])
+    if info.get("host") == HOST:
+        pid = info.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
+            return True  # not a process id: no live owner can be behind it
+        return not _pid_alive(pid)
     return False
 
 
@@ -261,11 +409,11 @@ def acquire_claim(path: Path, timeout: float = 300.0) -> Claim | None:
         except FileExistsError:
             try:
                 age = time.time() - path.stat().st_mtime
-                held = read_json(path)
+                held = _read_claim(path)  # None: torn (its writer is between create and write, or died there)
             except FileNotFoundError:
                 continue  # released meanwhile: try again
-            except (OSError, ValueError):
-                held = None  # torn: its writer is between create and write, or died there
+            except OSError:
+                held = None
             if held is None:
                 if age < 5.0:
                     return None
