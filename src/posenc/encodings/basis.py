@@ -37,6 +37,11 @@ def grid_centres(num: int, *, device=None, dtype=torch.float64) -> torch.Tensor:
     return torch.arange(num, device=device, dtype=dtype) / num
 
 
+def _centres(num: int, device, dtype) -> torch.Tensor:
+    """The centre buffer, computed in float64 on ``device`` and cast (nothing is allocated on ``meta``)."""
+    return grid_centres(num, device=device).to(dtype or torch.get_default_dtype())
+
+
 def banded_basis(t: torch.Tensor, num: int, half_width: float, profile) -> torch.Tensor:
     """A compactly supported shifted basis on the grid ``i / num``, computed only inside its band.
 
@@ -147,10 +152,12 @@ class GaussianEncoding(CoordinateEncoding):
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.sigma = resolve_width("sigma", sigma, kernel_width, lambda w: w, 0.01)
         self.truncate = None if truncate is None else check_positive_float("truncate", truncate)
-        centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        self.register_buffer("centres", _centres(self.features_per_direction, device, dtype), persistent=False)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir  # centres
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
         return gaussian_basis(t, self.centres, self.sigma, self.truncate)
@@ -191,10 +198,12 @@ class TriangleEncoding(CoordinateEncoding):
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.width = check_width("width", width)
-        centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        self.register_buffer("centres", _centres(self.features_per_direction, device, dtype), persistent=False)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir  # centres
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
         return triangle_basis(t, self.centres, self.width)
@@ -324,12 +333,19 @@ class CirculantEncoding(CoordinateEncoding):
         self.generator = check_choice("generator", generator, GENERATORS)
         self.sigma, self.freq, self.seed = sigma, freq, seed
         self.offset, self.bipolar = offset, bipolar
-        c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed,
-                                offset=offset, bipolar=bipolar)
-        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        dtype = dtype or torch.get_default_dtype()
+        if device is not None and torch.device(device).type == "meta":  # shapes only: nothing to compute
+            c = torch.empty(self.features_per_direction, device="meta", dtype=dtype)
+        else:
+            c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed,
+                                    offset=offset, bipolar=bipolar).to(device=device, dtype=dtype)
+        self.register_buffer("generator_vector", c, persistent=False)
         self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir  # the generator vector
 
     def max_sq_norm_1d(self) -> torch.Tensor:
         # Every row of a circulant matrix is a permutation of the unit-norm generator.

@@ -16,7 +16,7 @@ import math
 import torch
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int, check_width
-from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
+from posenc.encodings.base import CoordinateEncoding, Footprint, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 
@@ -80,14 +80,25 @@ class BasicFourierEncoding(_FourierBase):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        check_positive_int("in_dim", in_dim)
-        check_choice("mode", mode, self.supported_modes)
-        k = 4 if mode == "four_direction" else in_dim
-        num = 2 if mode == "product" else 2 * k
-        super().__init__(in_dim, num, mode, domain, normalize, strict)
+        super().__init__(in_dim, self._width(in_dim, mode), mode, domain, normalize, strict)
         self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()),
                              persistent=False)
         self._finalize()
+
+    @classmethod
+    def _width(cls, in_dim: int, mode: str) -> int:
+        """``num_features``: one sine/cosine pair per direction (per axis in mode 'product')."""
+        check_positive_int("in_dim", in_dim)
+        check_choice("mode", mode, cls.supported_modes)
+        return 2 if mode == "product" else 2 * (4 if mode == "four_direction" else in_dim)
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        return super()._footprint({**arguments, "num_features": cls._width(arguments["in_dim"], arguments["mode"])})
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return 1  # the frequency 1
 
 
 @register_encoding("linf")
@@ -124,10 +135,13 @@ class LinearFourierEncoding(_FourierBase):
         if self.max_freq < 1.0:
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
-        freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64, device=device)
+        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir // 2  # frequencies
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
@@ -167,10 +181,13 @@ class LogFourierEncoding(_FourierBase):
         if self.max_freq < 1.0:
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
-        freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64, device=device)
+        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir // 2  # frequencies
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
@@ -231,8 +248,14 @@ class RandomFourierEncoding(_FourierBase):
         self.reset_parameters()
         self._finalize()
 
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return (per_dir // 2) * (arguments["in_dim"] if arguments["mode"] == "full" else num_dirs)  # frequencies
+
     def reset_parameters(self) -> None:
         """Redraw the frequencies from N(0, sigma^2) with ``seed`` (on the CPU, then moved)."""
+        if self.freqs.is_meta:  # shapes only: nothing to draw
+            return
         gen = torch.Generator().manual_seed(self.seed)
         draw = torch.randn(self.freqs.shape, generator=gen, dtype=torch.float64) * self.sigma
         with torch.no_grad():
