@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from posenc._checks import (
+    _compiling,
     check_bool,
     check_choice,
     check_device,
@@ -405,7 +406,7 @@ class CoordinateEncoding(Encoding):
 
     # -- subclass hooks -------------------------------------------------------
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        """Encode unit coordinates ``(..., K)`` into ``(..., K, F)``."""
+        """Encode unit coordinates ``(..., K)`` into a new tensor ``(..., K, F)`` (never a view of a buffer)."""
         raise NotImplementedError
 
     def encode_full(self, u: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
@@ -443,7 +444,9 @@ class CoordinateEncoding(Encoding):
             else:
                 feats = per_dir.flatten(-2)
         if self.normalize:
-            feats = feats * self.scale.to(feats.dtype)
+            scale = self.scale.to(feats.dtype)
+            # in place on the fresh feature tensor (no second full-size buffer) outside autograd and tracing
+            feats = feats * scale if feats.requires_grad or _compiling() else feats.mul_(scale)
         return feats.to(out_dtype)
 
     def _finalize(self) -> None:
