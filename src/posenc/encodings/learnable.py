@@ -306,8 +306,45 @@ def learnable_fourier_features(positions: torch.Tensor, w_r: torch.Tensor) -> to
         ``(..., |F|)``, cosines first; computed in at least float32.
     """
     dtype = compute_dtype(positions.dtype)
-    proj = positions.to(dtype) @ w_r.to(dtype).T
-    return torch.cat((torch.cos(proj), torch.sin(proj)), dim=-1) / math.sqrt(2 * w_r.shape[0])
+    x, w = positions.to(dtype), w_r.to(dtype)
+    norm = math.sqrt(2 * w_r.shape[0])
+    if _compiling():  # traced: the plain formula (the compiler fuses it)
+        proj = x @ w.T
+        return torch.cat((torch.cos(proj), torch.sin(proj)), dim=-1) / norm
+    return _FourierFeatures.apply(x, w, norm)
+
+
+class _FourierFeatures(torch.autograd.Function):
+    """``[cos(x W^T), sin(x W^T)] / norm`` with one cosine and one sine per entry, forward and backward.
+
+    Forward writes both halves into one buffer (no concatenation). Backward needs no
+    trigonometry: with ``F = [c, s] / norm``, ``dF_c/dp = -F_s`` and ``dF_s/dp = F_c``, so
+    the gradient of the phases ``p = x W^T`` is ``F_c * g_s - F_s * g_c``, read from the
+    saved output (the tensor the MLP's first layer keeps anyway). Twice differentiable:
+    the backward is made of differentiable operations.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, norm: float) -> torch.Tensor:
+        half = w.shape[0]
+        proj = x @ w.T
+        out = proj.new_empty((*proj.shape[:-1], 2 * half))
+        torch.cos(proj, out=out[..., :half])
+        torch.sin(proj, out=out[..., half:])
+        out.div_(norm)
+        ctx.save_for_backward(x, w, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, w, out = ctx.saved_tensors
+        half = w.shape[0]
+        grad_p = torch.addcmul(out[..., :half] * grad[..., half:], out[..., half:], grad[..., :half], value=-1.0)
+        grad_x = grad_p @ w if ctx.needs_input_grad[0] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            grad_w = grad_p.reshape(-1, half).T @ x.reshape(-1, x.shape[-1])
+        return grad_x, grad_w, None
 
 
 @register_encoding("lff")
