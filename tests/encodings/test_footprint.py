@@ -70,6 +70,8 @@ def test_footprint_matches_the_built_module(name, kw):
     ("sinusoidal", dict(in_dim=2, num_features=6)), ("cape", dict(num_features=5)), ("cape", dict(in_dim=3)),
     ("gaussian", dict(dtype=torch.int64)), ("gaussian", dict(normalize="yes")), ("rff", dict(seed=-1)),
     ("gaussian", dict(bandwidth=3)), ("impulse", dict(generator="sine")),
+    ("learned_table", dict(in_dim=2, grid_size=(2**31 - 1, 2**31 - 1), num_features=1)),  # overflows torch's sizes
+    ("lff", dict(hidden_dim=10**30)), ("coord_mlp", dict(hidden_dim=2**50)), ("lff", dict(fourier_dim=2**60)),
 ])
 def test_footprint_refuses_what_the_constructor_refuses(name, kw):
     with pytest.raises((ValueError, TypeError)) as built:

@@ -41,7 +41,19 @@ MODES = ("separable", "four_direction", "product", "full")
 MAX_OUT_DIM = 2**31 - 1
 
 
-def check_out_dim(out_dim: int, hint: str = "reduce num_features, or use mode='separable' instead of 'product'") -> int:
+#: Most elements one parameter or buffer of an encoding may have (2**48: a petabyte of
+#: float32); beyond it torch's size arithmetic overflows even on the ``meta`` device.
+MAX_NUMEL = 2**48
+
+
+def check_numel(name: str, numel: int, what: str) -> int:
+    """Refuse a tensor of ``numel`` elements beyond :data:`MAX_NUMEL`, naming the argument ``name``."""
+    if numel > MAX_NUMEL:
+        raise ValueError(f"{name} gives {what} of {_fmt_count(numel)} elements (more than 2**48); reduce {name}")
+    return numel
+
+
+def check_out_dim(out_dim: int, hint: str = "reduce num_features") -> int:
     """Refuse an ``out_dim`` above :data:`MAX_OUT_DIM` (arithmetic only: nothing is allocated)."""
     if out_dim > MAX_OUT_DIM:
         raise ValueError(f"out_dim would be {_fmt_count(out_dim)} features per position (more than {MAX_OUT_DIM}); "

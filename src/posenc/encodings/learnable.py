@@ -39,7 +39,7 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
-from posenc.encodings.base import Encoding, Footprint, check_out_dim, compute_dtype, resolve_width
+from posenc.encodings.base import Encoding, Footprint, check_numel, check_out_dim, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 INTERPOLATIONS = ("none", "linear", "bicubic")
@@ -151,6 +151,7 @@ class LearnedTableEncoding(Encoding):
             raise ValueError(f"grid_size must have in_dim={in_dim} entries, got {grid_size!r}")
         for g in grid:
             check_positive_int("grid_size", g)
+        check_numel("grid_size", math.prod(grid) * num_features, f"a table of {grid} x {num_features}")
         return grid
 
     @classmethod
@@ -251,6 +252,11 @@ class _GroupedEncoding(Encoding):
         check_positive_int("num_groups", num_groups)
         check_divisible("num_features", num_features, num_groups, f"D split evenly over num_groups={num_groups}")
         return num_features // num_groups
+
+    @staticmethod
+    def _check_mlp(n_in: int, hidden: int, n_out: int) -> None:
+        check_positive_int("hidden_dim", hidden)
+        check_numel("hidden_dim", hidden * max(n_in, n_out), "an MLP weight")
 
     @staticmethod
     def _mlp_numel(n_in: int, hidden: int, n_out: int) -> int:
@@ -419,6 +425,8 @@ class LearnableFourierEncoding(_GroupedEncoding):
                 f"(the Fourier features are the output), got {fourier_dim}"
             )
         check_positive_int("hidden_dim", hidden_dim)
+        check_numel("hidden_dim", hidden_dim * max(fourier_dim, per_group), "an MLP weight")
+        check_numel("fourier_dim", (fourier_dim // 2) * in_dim, "W_r")
         return fourier_dim, per_group
 
     @classmethod
@@ -487,7 +495,8 @@ class CoordinateMLPEncoding(_GroupedEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, num_groups)
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self._check_mlp(in_dim, hidden_dim, num_features // num_groups)
+        self.hidden_dim = hidden_dim
         self.seed = check_positive_int("seed", seed, minimum=0)
         self.mlp = self._make_mlp(in_dim, hidden_dim, num_features // num_groups, device, dtype)
         self.reset_parameters()
@@ -496,7 +505,7 @@ class CoordinateMLPEncoding(_GroupedEncoding):
     def _footprint(cls, arguments: dict) -> Footprint:
         a = arguments
         per_group = cls._check_groups(a["in_dim"], a["num_features"], a["num_groups"])
-        check_positive_int("hidden_dim", a["hidden_dim"])
+        cls._check_mlp(a["in_dim"], a["hidden_dim"], per_group)
         return Footprint(a["num_features"], cls._mlp_numel(a["in_dim"], a["hidden_dim"], per_group), 0)
 
     def reset_parameters(self) -> None:
