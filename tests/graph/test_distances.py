@@ -86,6 +86,9 @@ def test_per_anchor_traversal_matches_networkx_and_the_batched_search(make):
                                   batched.numpy())
     cut = bfs_per_anchor(adj, anchors, max_distance=4)
     np.testing.assert_array_equal(cut, np.where(ours > 4, -1, ours))
+    as_float = bfs_per_anchor(adj, anchors, max_distance=4, dtype=np.float32)  # inf where unreachable
+    assert as_float.dtype == np.float32
+    np.testing.assert_array_equal(as_float, np.where(cut < 0, np.inf, cut).astype(np.float32))
 
 
 def test_auto_method_picks_the_per_anchor_traversal_only_for_single_anchors(monkeypatch):

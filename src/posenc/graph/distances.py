@@ -136,7 +136,8 @@ def bfs_from_sets(
     return dist, origin
 
 
-def bfs_per_anchor(adj: sp.csr_matrix, anchors: np.ndarray, *, max_distance: int | None = None) -> np.ndarray:
+def bfs_per_anchor(adj: sp.csr_matrix, anchors: np.ndarray, *, max_distance: int | None = None,
+                   dtype=np.int32) -> np.ndarray:
     """Hop distances from each single anchor, one compiled traversal per anchor.
 
     ``scipy.sparse.csgraph.breadth_first_order`` returns the nodes in BFS order and the
@@ -152,16 +153,20 @@ def bfs_per_anchor(adj: sp.csr_matrix, anchors: np.ndarray, *, max_distance: int
             graph, which on a symmetric matrix is the undirected traversal.
         anchors: ``(K,)`` node ids (repeats allowed).
         max_distance: pairs farther than this are reported unreachable.
+        dtype: of the result: an integer dtype (``-1`` where unreachable) or a floating
+            one (``inf`` where unreachable), written directly (no conversion pass).
 
     Returns:
-        ``(K, n)`` int32, ``-1`` where unreachable.
+        ``(K, n)`` of ``dtype``.
     """
     n = adj.shape[0]
     # breadth_first_order works on float64 data and int32 indices: convert once, not per call
     graph = sp.csr_matrix((np.ones(adj.indices.shape[0]), adj.indices.astype(np.int32, copy=False),
                            adj.indptr.astype(np.int32, copy=False)), shape=adj.shape)
     anchors = np.asarray(anchors, dtype=np.int64).reshape(-1)
-    dist = np.empty((anchors.shape[0], n), dtype=np.int32)
+    dtype = np.dtype(dtype)
+    missing = np.inf if dtype.kind == "f" else -1
+    dist = np.empty((anchors.shape[0], n), dtype=dtype)
     for row, source in zip(dist, anchors):
         order, pred = breadth_first_order(graph, int(source), directed=True, return_predecessors=True)
         m = order.shape[0]
@@ -175,10 +180,10 @@ def bfs_per_anchor(adj: sp.csr_matrix, anchors: np.ndarray, *, max_distance: int
             starts.append(1 + int(reach[starts[-1] - 1]))
         depth = np.repeat(np.arange(len(starts) - 1, dtype=np.int32), np.diff(starts))
         if m < n:
-            row.fill(-1)
+            row.fill(missing)
         row[order] = depth
     if max_distance is not None:
-        dist[dist > max_distance] = -1
+        dist[dist > max_distance] = missing
     return dist
 
 
@@ -260,11 +265,16 @@ def anchor_distances(
         if not single:
             raise ValueError("method='scipy' takes single anchors, not anchor sets; use method='gather' "
                              "(or 'auto') for sets")
-        dist_i = bfs_per_anchor(adj, sets.nodes.numpy(), max_distance=max_distance)
+        # written as floats with inf directly: no integer array to convert afterwards
+        dist_f = bfs_per_anchor(adj, sets.nodes.numpy(), max_distance=max_distance,
+                                dtype=np.float64 if dtype == torch.float64 else np.float32)
+        dist = torch.from_numpy(dist_f).to(device=device, dtype=dtype).t()
+        if not return_origin:
+            return dist
         # the origin of a single anchor is the anchor itself, wherever it is reachable
-        origin_i = (np.where(dist_i >= 0, sets.nodes.numpy().astype(np.int32)[:, None], np.int32(-1))
-                    if return_origin else None)
-    elif method == "spgemm":
+        origin = np.where(np.isfinite(dist_f), sets.nodes.numpy()[:, None], -1)
+        return dist, torch.from_numpy(origin).to(device).t()
+    if method == "spgemm":
         if return_origin:
             raise ValueError("return_origin is supported by method='gather' and 'scipy', not 'spgemm'")
         dist_i = bfs_from_sets_spgemm(adj, sets, max_distance=max_distance)
