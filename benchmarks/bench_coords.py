@@ -1,8 +1,9 @@
 """Coordinate encodings: throughput against the memory-bound floor, and fit-image cost.
 
 * Throughput: each encoding at N = 2**18 positions, D = 1000 features (float32),
-  coordinates per second, and the ratio of its time to the time of writing an
-  (N, D) float32 tensor (the floor any encoding that returns that tensor pays).
+  coordinates per second, and the ratio of its time to the time of allocating and
+  writing an (N, D) float32 tensor (the floor any encoding that returns that tensor
+  pays), measured round-robin with the floor, 5 rounds, one thread.
 * fit-image on a 256 x 256 photograph with the Gaussian encoding: time, PSNR and
   peak memory for linear, MLP and lstsq, each beside the same loop written
   naively (the dense feature matrix of every pixel built at once), each case in
@@ -31,23 +32,50 @@ ENCODINGS = {
 }
 
 
-def throughput(n: int, d: int, threads: int) -> dict:
+def throughput(n: int, d: int, threads: int, rounds: int = 5) -> dict:
+    """Each encoding and the floor timed round-robin, ``rounds`` times; ratios are per round.
+
+    The floor is ``torch.empty(n, d).fill_(1.0)``: allocating and writing the (N, D)
+    float32 output, which every encoding that returns it pays. In each round every case
+    runs once, in the same order, so a change of machine load hits all of them alike;
+    the reported ratio is the median over rounds of (encoding time / floor time of that
+    round), scaled by ``out_dim / d`` for encodings of another width.
+    """
+    import os
+    import statistics
+    import time
+
     from posenc import create_encoding
 
     torch.set_num_threads(threads)
     x = torch.rand(n, 1, generator=torch.Generator().manual_seed(0))
     out = torch.empty(n, d)
-    floor = timeit(lambda: out.fill_(1.0), repeat=5)["median_s"]
-    floor_alloc = timeit(lambda: torch.empty(n, d).fill_(1.0), repeat=5)["median_s"]
-    rows = {}
+    cases = {"write_floor": lambda: out.fill_(1.0), "alloc_write_floor": lambda: torch.empty(n, d).fill_(1.0)}
+    encs = {}
     for label, kw in ENCODINGS.items():
         name = label.split(" ")[0]
-        enc = create_encoding(name, **({} if name == "basic" else {"num_features": d}), **kw)
-        t = timeit(lambda: enc(x), repeat=3)["median_s"]
-        rows[label] = {"out_dim": enc.out_dim, "seconds": t, "coords_per_s": n / t,
-                      "ratio_to_floor": t / (floor_alloc * enc.out_dim / d)}
-    return {"n": n, "d": d, "threads": threads, "write_floor_s": floor, "alloc_write_floor_s": floor_alloc,
-            "encodings": rows}
+        encs[label] = enc = create_encoding(name, **({} if name == "basic" else {"num_features": d}), **kw)
+        cases[label] = lambda enc=enc: enc(x)
+    for fn in cases.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    load_before = os.getloadavg()
+    for _ in range(rounds):
+        for key, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+    floors = times["alloc_write_floor"]
+    rows = {}
+    for label, enc in encs.items():
+        ratios = [t / (f * enc.out_dim / d) for t, f in zip(times[label], floors)]
+        rows[label] = {"out_dim": enc.out_dim, "seconds": statistics.median(times[label]),
+                       "coords_per_s": n / statistics.median(times[label]),
+                       "ratio_to_floor": statistics.median(ratios), "ratios_per_round": ratios}
+    return {"n": n, "d": d, "threads": threads, "rounds": rounds,
+            "write_floor_s": statistics.median(times["write_floor"]),
+            "alloc_write_floor_s": statistics.median(floors), "encodings": rows,
+            "load_average_before": load_before, "load_average_after": os.getloadavg()}
 
 
 def fit_image_case(model: str, naive: bool, size: int, iters: int, features: int, threads: int) -> dict:
@@ -94,18 +122,21 @@ def fit_image_case(model: str, naive: bool, size: int, iters: int, features: int
 
 
 def run(quick: bool = False) -> dict:
-    threads = 2
+    # One thread: on the shared 2-core machine two OpenMP threads wait on each other whenever
+    # another job holds a core, which makes every time (the floor's too) swing by several x.
+    threads = 1
+    fit_threads = 2  # the fit-image cases compare ours with the naive loop side by side, as before
     n = 2**14 if quick else 2**18
     size = 64 if quick else 256
     iters = {"linear": 50 if quick else 300, "mlp": 20 if quick else 100, "lstsq": 1}
     features = 512
-    enc = run_isolated("bench_coords", "throughput", n=n, d=1000, threads=threads)
+    enc = run_isolated("bench_coords", "throughput", n=n, d=1000, threads=threads, rounds=3 if quick else 5)
     fits = {}
     for model in ("lstsq", "linear", "mlp"):
         ours = run_isolated("bench_coords", "fit_image_case", model=model, naive=False, size=size,
-                            iters=iters[model], features=features, threads=threads)
+                            iters=iters[model], features=features, threads=fit_threads)
         naive = run_isolated("bench_coords", "fit_image_case", model=model, naive=True, size=size,
-                             iters=iters[model], features=features, threads=threads)
+                             iters=iters[model], features=features, threads=fit_threads)
         fits[model] = {
             "iters": iters[model], "posenc": ours, "naive": naive,
             "time_ratio": ours.get("seconds", math.nan) / naive.get("seconds", math.nan) if "error" not in naive else None,
@@ -116,8 +147,8 @@ def run(quick: bool = False) -> dict:
     if not quick:
         # The issue's memory case: 512 x 512 with D = 1000 (the naive feature matrix alone is 1 GB).
         ours = run_isolated("bench_coords", "fit_image_case", model="lstsq", naive=False, size=512, iters=1,
-                            features=1000, threads=threads)
+                            features=1000, threads=fit_threads)
         naive = run_isolated("bench_coords", "fit_image_case", model="lstsq", naive=True, size=512, iters=1,
-                             features=1000, threads=threads)
+                             features=1000, threads=fit_threads)
         result["fit_image"]["large"] = {"size": 512, "features": 1000, "posenc": ours, "naive": naive}
     return result

@@ -15,7 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import peak_rss_mb, timeit
+from benchmarks.common import peak_rss_mb
 from posenc.data.grid_tasks import grid_radius_task
 from posenc.encodings import (
     CoordinateMLPEncoding,
@@ -41,11 +41,19 @@ def _encodings(dim: int, side: int) -> dict:
 
 
 def bench_encodings(batch: int, positions: int, dim: int, repeat: int) -> dict:
+    """Forward + backward of each encoding, timed round-robin ``repeat`` times.
+
+    In each round every encoding runs once in the same order; its ratio to the
+    sinusoidal encoding is taken within the round, and the median over rounds is
+    reported (with the per-round ratios), so a change of machine load hits all alike.
+    """
+    import statistics
+
     side = int(round(positions**0.5))
     gen = torch.Generator().manual_seed(0)
     idx = torch.randint(side, (batch, positions, 2), generator=gen)
     coords = torch.rand(batch, positions, 2, generator=gen) * 2 - 1
-    out = {}
+    steps = {}
     for name, (enc, kind) in _encodings(dim, side).items():
         def step(enc=enc, kind=kind) -> None:
             enc.zero_grad(set_to_none=True)
@@ -58,11 +66,19 @@ def bench_encodings(batch: int, positions: int, dim: int, repeat: int) -> dict:
                 feats = encode_positions(enc, pos)
             feats.square().mean().backward()
 
-        t = timeit(step, repeat=repeat, warmup=1)
-        out[name] = t
-    ref = out["sinusoidal"]["median_s"]
-    for v in out.values():
-        v["ratio_to_sinusoidal"] = v["median_s"] / ref
+        steps[name] = step
+        step()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeat):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, ts in times.items():
+        ratios = [t / r for t, r in zip(ts, times["sinusoidal"])]
+        out[name] = {"median_s": statistics.median(ts), "min_s": min(ts), "runs": len(ts),
+                     "ratio_to_sinusoidal": statistics.median(ratios), "ratios_per_round": ratios}
     return out
 
 
@@ -104,12 +120,15 @@ def run(quick: bool) -> dict:
             testbed = bench_testbed(grid=6, batch=16, steps=10, dim=32)
             params = {"batch": 4, "positions": 1024, "dim": 64}
         else:
-            enc = bench_encodings(batch=32, positions=4096, dim=128, repeat=5)
+            enc = bench_encodings(batch=32, positions=4096, dim=128, repeat=7)
             testbed = bench_testbed(grid=8, batch=32, steps=40, dim=32)
             params = {"batch": 32, "positions": 4096, "dim": 128}
     finally:
         torch.set_num_threads(threads)
+    import os
+
     return {
+        "load_average_after": os.getloadavg(),
         "encodings_fwd_bwd": {"params": params, "results": enc},
         "testbed_train_step": {"params": {"grid": 6 if quick else 8, "dim": 32, "depth": 2, "heads": 4},
                                "results": testbed},

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -577,3 +577,94 @@ def test_store_summary_records_fuzz(tmp_path_factory, value, field):
         with pytest.raises(InvalidSummary, match="coords.json"):
             read_summary(path, "coords")
 # =========================================================================== end of store records
+
+# =====================================================================================
+# Memory guard: sizes from the arguments alone (#23 §1; added by the eperf helper).
+# For drawn size arguments of every registered encoding, encoding_footprint either
+# refuses exactly as the constructor does, or returns the out_dim / parameter / buffer
+# counts of the module the constructor builds (built on the meta device: nothing is
+# allocated, whatever the size); and none of it raises the process's peak memory.
+# =====================================================================================
+def _peak_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) / 1024.0 for line in fh if line.startswith("VmHWM:"))
+    except OSError:
+        return None
+
+
+_SIZE = st.one_of(st.integers(1, 64), st.integers(2**20, 2**36), st.sampled_from([2**31 - 1, 2**31, 10**30]))
+_BAD = st.sampled_from([0, -3, 2.5, "8", True, None])
+
+
+@st.composite
+def _size_arguments(draw):
+    """Mostly valid sizes from tiny to astronomic; sometimes one argument of a bad value or type."""
+    name = draw(st.sampled_from(available_encodings()))
+    params = encoding_parameters(name)
+    kw = {}
+    if "in_dim" in params:
+        kw["in_dim"] = draw(st.one_of(st.integers(1, 3), st.integers(1, 3), st.sampled_from([4, 64, 10**6])))
+    if "num_features" in params:
+        kw["num_features"] = draw(_SIZE.map(lambda v: v - v % 8 if v > 8 else v))
+    if "mode" in params:
+        kw["mode"] = draw(st.sampled_from(["separable", "separable", "four_direction", "product", "full"]))
+    if "grid_size" in params:
+        kw["grid_size"] = draw(st.one_of(st.integers(1, 9), _SIZE, st.tuples(_SIZE, _SIZE)))
+    for key in ("num_groups", "hidden_dim"):
+        if key in params and draw(st.booleans()):
+            kw[key] = draw(st.one_of(st.integers(1, 4), _SIZE))
+    if "fourier_dim" in params and draw(st.booleans()):
+        kw["fourier_dim"] = draw(st.one_of(st.none(), st.integers(1, 16), _SIZE))
+    for key in ("use_mlp", "learnable_freqs"):
+        if key in params and draw(st.booleans()):
+            kw[key] = draw(st.booleans())
+    if kw and draw(st.integers(0, 3)) == 0:  # one bad value or type
+        kw[draw(st.sampled_from(sorted(kw)))] = draw(_BAD)
+    return name, kw
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(case=_size_arguments())
+def test_footprint_fuzz_agrees_with_the_constructor_without_allocating(case):
+    from posenc.encodings import encoding_footprint
+
+    name, kw = case
+    before = _peak_mb()
+    try:
+        fp = encoding_footprint(name, **kw)
+    except (ValueError, TypeError) as err:
+        estimated = err
+    else:
+        estimated = None
+    try:
+        enc = create_encoding(name, device="meta", **kw)  # shapes only
+    except (ValueError, TypeError) as err:
+        assert estimated is not None, f"{name} {kw}: the estimate accepted what the constructor refuses: {err}"
+        assert type(err) is type(estimated) and str(err) == str(estimated), (name, kw, err, estimated)
+        event(f"refused ({type(err).__name__})")
+    else:
+        event("built")
+        assert estimated is None, f"{name} {kw}: the estimate refused what the constructor builds: {estimated}"
+        params = sum(p.numel() for p in enc.parameters())
+        buffers = sum(b.numel() for b in enc.buffers())
+        assert (fp.out_dim, fp.parameters, fp.buffers) == (enc.out_dim, params, buffers), (name, kw, fp)
+        assert 1 <= fp.out_dim <= 2**31 - 1
+    after = _peak_mb()
+    if before is not None:
+        assert after - before < 200, f"{name} {kw}: peak memory rose by {after - before:.0f} MB"
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(name=st.sampled_from(["gaussian", "rff", "linf", "sinusoidal", "lff", "learned_table", "cape"]),
+       num_features=st.integers(2**24, 2**40).map(lambda v: v - v % 8))
+def test_cli_refuses_huge_encodings_from_their_arguments(name, num_features):
+    before = _peak_mb()
+    res = runner.invoke(app, ["analyze", "--encoding", name, "--set", f"num_features={num_features}",
+                              "--max-memory", "64M"])
+    lines = res.stderr.splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (res.stderr, res.exception)
+    assert "would need about" in lines[0] or "out_dim would be" in lines[0], lines[0]
+    after = _peak_mb()
+    if before is not None:
+        assert after - before < 200, f"peak memory rose by {after - before:.0f} MB"

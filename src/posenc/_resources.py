@@ -74,8 +74,10 @@ def check_budget(estimate: float, limit: int, what: str, options: str) -> None:
 
 
 def encoding_bytes(num_params: int, out_dim: int, normalize: bool) -> float:
-    """Construction: parameters and buffers (float32), plus the row-normalisation scan (322 rows, float64)."""
-    return 4.0 * num_params + (2 * 322 * 8.0 * out_dim if normalize else 0.0)
+    """Construction: parameters and buffers (float32), plus the row-normalisation scan, which
+    evaluates its 322 points in blocks of at most ``max(out_dim, 2**22)`` float64 features
+    (the block, its square and the encoding's work buffer)."""
+    return 4.0 * num_params + (3 * 8.0 * max(out_dim, 2**22) if normalize else 0.0)
 
 
 def analysis_bytes(num_points: int, out_dim: int) -> float:

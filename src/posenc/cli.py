@@ -435,8 +435,9 @@ def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limi
 
     ``normalize=True`` is the default only for encodings that take ``normalize``.
     Encodings without a coordinate ``domain`` get index positions (``0 .. n-1``).
-    The encoding is first built on the ``meta`` device (no memory) to read its
-    ``out_dim`` and parameter count, which are checked against ``limit``; fit
+    Its ``out_dim`` and parameter count come from its arguments alone
+    (``encoding_footprint``: nothing is built) and are checked against ``limit``
+    first; then it is built on the ``meta`` device (no memory) to inspect it; fit
     commands refuse encodings with trainable parameters (they would stay at their
     random initialisation: the fit trains only the model on top). ``budget(out_dim)``,
     when given, checks the command's own estimate before any real work.
@@ -446,7 +447,7 @@ def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limi
     """
     from posenc._resources import check_budget, encoding_bytes, suggest_bytes
     from posenc.analysis import suggest_bandwidth
-    from posenc.encodings import create_encoding, encoding_class, encoding_parameters
+    from posenc.encodings import create_encoding, encoding_class, encoding_footprint, encoding_parameters
 
     params = encoding_parameters(name)  # ValueError naming the known encodings
     settings = dict(settings)
@@ -466,13 +467,14 @@ def _make_encoding(name: str, settings: dict, in_dim: int, *, command: str, limi
     probe_settings = {**settings, "device": "meta"}
     if "normalize" in params:
         probe_settings["normalize"] = False
-    probe = create_encoding(name, **probe_settings)
-    out_dim, numel = probe.out_dim, sum(t.numel() for t in [*probe.parameters(), *probe.buffers()])
+    size = encoding_footprint(name, **probe_settings)  # from the arguments alone: nothing is built yet
+    out_dim, numel = size.out_dim, size.numel
     check_budget(encoding_bytes(numel, out_dim, bool(settings.get("normalize", False))), limit,
                  f"the encoding {name!r} (out_dim={out_dim:,}, {numel:,} parameters and buffers)",
                  "num_features (or mode, grid_size)")
     if budget is not None:
         budget(out_dim)
+    probe = create_encoding(name, **probe_settings)  # shapes only (meta): allocates nothing
     trainable = [n for n, p in probe.named_parameters() if p.requires_grad]
     if command.startswith("fit-") and trainable:
         hint = " or --set learnable_freqs=false --set use_mlp=false" if "learnable_freqs" in params else ""

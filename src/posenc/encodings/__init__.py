@@ -1,10 +1,11 @@
 """Positional encodings: every map ``positions (..., in_dim) -> features (..., out_dim)``."""
 
-from posenc.encodings.base import CoordinateEncoding, Encoding
+from posenc.encodings.base import CoordinateEncoding, Encoding, Footprint
 from posenc.encodings.registry import (
     available_encodings,
     create_encoding,
     encoding_class,
+    encoding_footprint,
     encoding_parameter_docs,
     encoding_parameters,
     register_encoding,
@@ -49,6 +50,8 @@ __all__ = [
     "available_encodings",
     "create_encoding",
     "encoding_class",
+    "encoding_footprint",
+    "Footprint",
     "encoding_parameter_docs",
     "encoding_parameters",
     "register_encoding",

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
 
 from posenc._checks import (
+    _compiling,
     check_bool,
     check_choice,
     check_device,
@@ -37,6 +39,67 @@ MODES = ("separable", "four_direction", "product", "full")
 
 #: Largest ``out_dim`` an encoding may have: one float32 feature row of this width is 8 GiB.
 MAX_OUT_DIM = 2**31 - 1
+
+
+#: Most elements one parameter or buffer of an encoding may have (2**48: a petabyte of
+#: float32); beyond it torch's size arithmetic overflows even on the ``meta`` device.
+MAX_NUMEL = 2**48
+
+
+def check_numel(name: str, numel: int, what: str) -> int:
+    """Refuse a tensor of ``numel`` elements beyond :data:`MAX_NUMEL`, naming the argument ``name``."""
+    if numel > MAX_NUMEL:
+        raise ValueError(f"{name} gives {what} of {_fmt_count(numel)} elements (more than 2**48); reduce {name}")
+    return numel
+
+
+def check_out_dim(out_dim: int, hint: str = "reduce num_features") -> int:
+    """Refuse an ``out_dim`` above :data:`MAX_OUT_DIM` (arithmetic only: nothing is allocated)."""
+    if out_dim > MAX_OUT_DIM:
+        raise ValueError(f"out_dim would be {_fmt_count(out_dim)} features per position (more than {MAX_OUT_DIM}); "
+                         f"{hint}")
+    return out_dim
+
+
+def _fmt_count(n: int) -> str:
+    """``n`` as ``1.23e+45`` without converting a huge int to float (which overflows)."""
+    if n < 10**15:
+        return f"{n:.3g}"
+    digits = str(n) if n < 10**4000 else None
+    if digits is None:
+        return "more than 1e4000"
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+
+
+class Footprint(NamedTuple):
+    """What an encoding would hold, computed from its constructor arguments alone.
+
+    :meth:`Encoding.footprint` (and :func:`posenc.encodings.encoding_footprint`)
+    return this without building any tensor, so a size check can refuse
+    ``num_features=2**40`` before a single buffer exists.
+
+    Attributes:
+        out_dim: features per position.
+        parameters: elements in the encoding's ``nn.Parameter`` s.
+        buffers: elements in its buffers (frequencies, centres, scale).
+    """
+
+    out_dim: int
+    parameters: int
+    buffers: int
+
+    @property
+    def numel(self) -> int:
+        """Elements in parameters and buffers together."""
+        return self.parameters + self.buffers
+
+    def nbytes(self, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of parameters and buffers stored in ``dtype``."""
+        return self.numel * torch.empty((), dtype=dtype, device="meta").element_size()
+
+    def output_nbytes(self, num_positions: int, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of the features of ``num_positions`` positions in ``dtype``."""
+        return num_positions * self.out_dim * torch.empty((), dtype=dtype, device="meta").element_size()
 
 
 def _check_common_arguments(sig: inspect.Signature, args: tuple, kwargs: dict) -> None:
@@ -156,10 +219,45 @@ class Encoding(nn.Module):
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.in_dim = check_positive_int("in_dim", in_dim)
-        self.out_dim = check_positive_int("out_dim", out_dim)
-        if out_dim > MAX_OUT_DIM:
-            raise ValueError(f"out_dim would be {out_dim:.3g} features per position (more than {MAX_OUT_DIM}); "
-                             "reduce num_features, or use mode='separable' instead of 'product'")
+        self.out_dim = check_out_dim(check_positive_int("out_dim", out_dim))
+
+    @classmethod
+    def footprint(cls, *args: Any, **kwargs: Any) -> Footprint:
+        """Sizes of ``cls(*args, **kwargs)`` from the arguments alone: no tensor is built.
+
+        The size arguments (``in_dim``, ``num_features``, ``mode``, ``grid_size``, ...)
+        are validated as the constructor validates them (same errors, including an
+        ``out_dim`` above :data:`MAX_OUT_DIM`); the others (widths, seeds, devices) are
+        not looked at. Memory guards (the CLI's ``--max-memory``) call this before
+        anything is allocated.
+
+        Returns:
+            :class:`Footprint` ``(out_dim, parameters, buffers)``.
+        """
+        init = inspect.unwrap(cls.__init__)
+        sig = inspect.signature(init)
+        bound = sig.bind(None, *args, **kwargs)  # TypeError for an argument the constructor does not take
+        _check_common_arguments(sig, args, kwargs)  # device, dtype, bools, seed: as the constructor does
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        arguments.pop(next(iter(sig.parameters)))  # self
+        return cls._footprint(arguments)
+
+    @classmethod
+    def _footprint(cls, arguments: dict[str, Any]) -> Footprint:
+        """Subclass hook of :meth:`footprint`: ``arguments`` are the constructor's, defaults applied.
+
+        Every encoding of posenc overrides it with arithmetic on its arguments. The default,
+        for encodings defined elsewhere, builds the encoding on the ``meta`` device (shapes
+        only) when its constructor takes ``device``; such an encoding is responsible for
+        allocating nothing there.
+        """
+        if "device" not in arguments:
+            raise NotImplementedError(f"{cls.__name__} cannot tell its footprint from its arguments "
+                                      "(override Encoding._footprint)")
+        enc = cls(**{**arguments, "device": "meta"})
+        return Footprint(enc.out_dim, sum(p.numel() for p in enc.parameters()),
+                         sum(b.numel() for b in enc.buffers()))
 
     def check_input(self, positions: torch.Tensor) -> None:
         """Validate ``positions``; override to accept other input layouts."""
@@ -257,31 +355,9 @@ class CoordinateEncoding(Encoding):
         normalize: bool = False,
         strict: bool = True,
     ) -> None:
-        check_positive_int("in_dim", in_dim)
-        check_positive_int("num_features", num_features)
-        check_choice("mode", mode, self.supported_modes)
+        num_dirs, per_dir, out_dim = self.layout(in_dim, num_features, mode)
         check_bool("normalize", normalize)
         check_bool("strict", strict)
-        if mode == "four_direction" and in_dim != 2:
-            raise ValueError(f"mode='four_direction' needs in_dim=2, got in_dim={in_dim}")
-        if mode == "product":
-            num_dirs, per_dir = in_dim, num_features
-            out_dim = num_features**in_dim
-            if out_dim > MAX_OUT_DIM:
-                raise ValueError(
-                    f"mode='product' gives num_features ** in_dim = {num_features}**{in_dim} = {out_dim:.3g} "
-                    f"features per position (more than {MAX_OUT_DIM}); reduce num_features or use mode='separable'")
-        elif mode == "full":
-            num_dirs, per_dir, out_dim = 1, num_features, num_features
-        else:
-            num_dirs = in_dim if mode == "separable" else 4
-            check_divisible("num_features", num_features, num_dirs, f"{num_dirs} directions in mode={mode!r}")
-            per_dir, out_dim = num_features // num_dirs, num_features
-        if self.feature_multiple > 1 and per_dir % self.feature_multiple:
-            raise ValueError(
-                f"num_features must give a multiple of {self.feature_multiple} features per direction "
-                f"(sine/cosine pairs); got {per_dir} per direction from num_features={num_features}, mode={mode!r}"
-            )
         super().__init__(in_dim, out_dim)
         self.num_features = num_features
         self.mode = mode
@@ -291,9 +367,58 @@ class CoordinateEncoding(Encoding):
         self.num_directions = num_dirs
         self.features_per_direction = per_dir
 
+    @classmethod
+    def layout(cls, in_dim: int, num_features: int, mode: str) -> tuple[int, int, int]:
+        """``(directions K, features per direction F, out_dim)`` for these arguments (validated).
+
+        Arithmetic only: a ``num_features ** in_dim`` of any size is refused without
+        being computed in full.
+        """
+        check_positive_int("in_dim", in_dim)
+        check_positive_int("num_features", num_features)
+        check_choice("mode", mode, cls.supported_modes)
+        if mode == "four_direction" and in_dim != 2:
+            raise ValueError(f"mode='four_direction' needs in_dim=2, got in_dim={in_dim}")
+        if mode == "product":
+            num_dirs, per_dir = in_dim, num_features
+            if num_features > 1 and in_dim * math.log2(num_features) > 62:
+                out_dim = MAX_OUT_DIM + 1  # far above the limit: not computed (it may have millions of digits)
+                shown = f"about 10^{in_dim * math.log10(num_features):.4g}"
+            else:
+                out_dim = num_features**in_dim
+                shown = _fmt_count(out_dim)
+            if out_dim > MAX_OUT_DIM:
+                raise ValueError(
+                    f"mode='product' gives num_features ** in_dim = {num_features}**{in_dim} = {shown} "
+                    f"features per position (more than {MAX_OUT_DIM}); reduce num_features or use mode='separable'")
+        elif mode == "full":
+            num_dirs, per_dir, out_dim = 1, num_features, num_features
+        else:
+            num_dirs = in_dim if mode == "separable" else 4
+            check_divisible("num_features", num_features, num_dirs, f"{num_dirs} directions in mode={mode!r}")
+            per_dir, out_dim = num_features // num_dirs, num_features
+        if cls.feature_multiple > 1 and per_dir % cls.feature_multiple:
+            raise ValueError(
+                f"num_features must give a multiple of {cls.feature_multiple} features per direction "
+                f"(sine/cosine pairs); got {per_dir} per direction from num_features={num_features}, mode={mode!r}"
+            )
+        check_out_dim(out_dim)
+        return num_dirs, per_dir, out_dim
+
+    @classmethod
+    def _footprint(cls, arguments: dict[str, Any]) -> Footprint:
+        num_dirs, per_dir, out_dim = cls.layout(arguments["in_dim"], arguments["num_features"], arguments["mode"])
+        # the subclass's own buffers, plus the row-normalisation scale (one element)
+        return Footprint(out_dim, 0, cls._buffer_numel(arguments, num_dirs, per_dir) + 1)
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict[str, Any], num_dirs: int, per_dir: int) -> int:
+        """Elements of the subclass's buffers (centres, frequencies, generator), from the arguments."""
+        raise NotImplementedError(f"{cls.__name__} does not compute its footprint from its arguments")
+
     # -- subclass hooks -------------------------------------------------------
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        """Encode unit coordinates ``(..., K)`` into ``(..., K, F)``."""
+        """Encode unit coordinates ``(..., K)`` into a new tensor ``(..., K, F)`` (never a view of a buffer)."""
         raise NotImplementedError
 
     def encode_full(self, u: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
@@ -331,15 +456,23 @@ class CoordinateEncoding(Encoding):
             else:
                 feats = per_dir.flatten(-2)
         if self.normalize:
-            feats = feats * self.scale.to(feats.dtype)
+            scale = self.scale.to(feats.dtype)
+            # in place on the fresh feature tensor (no second full-size buffer) outside autograd and tracing
+            feats = feats * scale if feats.requires_grad or _compiling() else feats.mul_(scale)
         return feats.to(out_dtype)
 
     def _finalize(self) -> None:
-        """Cache the row-normalisation scale; subclasses call this last in ``__init__``."""
-        scale = self.compute_row_scale() if self.normalize else torch.ones((), dtype=torch.float64)
+        """Cache the row-normalisation scale; subclasses call this last in ``__init__``.
+
+        On the ``meta`` device (shapes only) the scale is not computed: nothing is allocated.
+        """
         ref = next(iter(self.buffers()), None)
         dtype = ref.dtype if ref is not None else torch.get_default_dtype()
         device = ref.device if ref is not None else None
+        if ref is not None and ref.is_meta:
+            scale = torch.empty((), device="meta", dtype=dtype)
+        else:
+            scale = self.compute_row_scale() if self.normalize else torch.ones((), dtype=torch.float64)
         self.register_buffer("scale", scale.to(device=device, dtype=dtype), persistent=False)
 
     def max_sq_norm_1d(self) -> torch.Tensor:
@@ -357,7 +490,10 @@ class CoordinateEncoding(Encoding):
             mid + torch.linspace(0.0, 1.0 / num, 65, dtype=torch.float64),
         ))
         t = grid[:, None].expand(-1, self.num_directions)
-        return self.encode_1d(t).pow(2).sum(-1).amax(0)
+        # a few points at a time: at most ~32 MiB of float64 features (one point when F is huge)
+        step = max(1, 2**22 // (self.num_directions * num))
+        return torch.stack([self.encode_1d(t[i : i + step]).pow(2).sum(-1).amax(0)
+                            for i in range(0, t.shape[0], step)]).amax(0)
 
     def compute_row_scale(self) -> torch.Tensor:
         """``1 / max ||psi(x)||`` over the domain: the paper's row normalisation."""

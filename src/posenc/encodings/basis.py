@@ -24,7 +24,7 @@ from posenc.encodings.registry import register_encoding
 
 
 def _is_unit_grid(centres: torch.Tensor) -> bool:
-    """Whether ``centres`` is exactly the grid ``i / F`` that the banded path assumes."""
+    """Whether ``centres`` is exactly the grid ``i / F`` that the banded path assumes (reads 3 values)."""
     num = centres.numel()
     return bool(getattr(centres, "_posenc_unit_grid", False)) or (
         num > 0 and abs(float(centres[-1]) - (num - 1) / num) < 1e-6 and abs(float(centres[0])) < 1e-12
@@ -37,56 +37,94 @@ def grid_centres(num: int, *, device=None, dtype=torch.float64) -> torch.Tensor:
     return torch.arange(num, device=device, dtype=dtype) / num
 
 
-def banded_basis(t: torch.Tensor, num: int, half_width: float, profile) -> torch.Tensor:
+def _centres(num: int, device, dtype) -> torch.Tensor:
+    """The centre buffer, computed in float64 on ``device`` and cast (nothing is allocated on ``meta``)."""
+    return grid_centres(num, device=device).to(dtype or torch.get_default_dtype())
+
+
+def banded_basis(t: torch.Tensor, num: int, half_width: float, profile,
+                 centres: torch.Tensor | None = None) -> torch.Tensor:
     """A compactly supported shifted basis on the grid ``i / num``, computed only inside its band.
 
-    ``out[..., k, i] = profile(t[..., k] - i / num)`` where ``|t - i / num| <= half_width``
-    and 0 elsewhere. Each position touches at most ``2 * half_width * num + 2`` centres,
-    so the work is that band plus writing the zeros, instead of one kernel evaluation per
-    feature.
+    ``out[..., k, i] = profile(t[..., k] - c_i)`` where ``|t - c_i| <= half_width``
+    and 0 elsewhere, ``c_i = i / num``. Each position touches a window of
+    ``ceil(2 * half_width * num) + 2`` consecutive centres (moved inside ``[0, num)``
+    at the ends), so the work is that band plus writing the zeros, instead of one
+    kernel evaluation per feature.
 
     Args:
         t: unit coordinates ``(..., K)``.
         num: number of centres F.
         half_width: support radius of ``profile`` in unit coordinates.
         profile: elementwise function of the displacement ``t - centre``.
+        centres: the ``(F,)`` grid itself (values are gathered from it, so the result is
+            bit-identical to evaluating ``profile`` densely on these centres); default ``i / num``.
 
     Returns:
         ``(..., K, F)``.
     """
     dtype = compute_dtype(t.dtype)
     t = t.to(dtype)
-    band = int(math.ceil(2.0 * half_width * num)) + 2
-    first = torch.floor((t - half_width) * num).long()
-    idx = first[..., None] + torch.arange(band, device=t.device)
-    inside = (idx >= 0) & (idx < num)
-    idx = idx.clamp(0, num - 1)
-    diff = t[..., None] - idx.to(dtype) / num
-    vals = torch.where(inside & (diff.abs() <= half_width), profile(diff), torch.zeros((), dtype=dtype, device=t.device))
+    band = min(num, int(math.ceil(2.0 * half_width * num)) + 2)
+    # first centre of each window; every centre within half_width of t lies in [start, start + band)
+    start = torch.floor((t - half_width) * num).clamp_(0, num - band).long()
+    idx = start[..., None] + torch.arange(band, device=t.device)
+    if centres is None:
+        c = idx.to(dtype) / num
+    else:
+        c = centres.to(device=t.device, dtype=dtype)[idx]
+    diff = t[..., None] - c
+    vals = profile(diff)
+    far = diff.abs_() > half_width if not diff.requires_grad else diff.abs() > half_width
+    vals = vals.masked_fill_(far, 0.0) if not vals.requires_grad else vals.masked_fill(far, 0.0)
     out = torch.zeros((*t.shape, num), dtype=dtype, device=t.device)
-    # scatter_add: clamped duplicates carry zeros, so the sum equals the one valid value
-    return out.scatter_add_(-1, idx, vals)
+    return out.scatter_(-1, idx, vals)  # the indices of a row are distinct
 
 
 def _use_band(half_width: float, num: int) -> bool:
     return 2.0 * half_width * num + 2 < num / 4
 
 
+#: ``-log`` of a value far below the smallest subnormal, per compute dtype: ``exp(-x)`` is
+#: exactly 0 beyond it (float32: 2^-149 = e^-103.3; float64: 2^-1074 = e^-744.4).
+_UNDERFLOW = {torch.float32: 110.0, torch.float64: 750.0}
+
+
+def gaussian_support(sigma: float, dtype: torch.dtype, truncate: float | None = None) -> float:
+    """Radius beyond which the Gaussian of width ``sigma`` is exactly 0 in ``dtype`` (or ``truncate * sigma``).
+
+    ``exp(-u^2 / (2 sigma^2))`` underflows to 0 in float32 for ``|u| > 14.8 sigma`` and in
+    float64 for ``|u| > 38.7 sigma``: past that radius the dense formula writes zeros, so a
+    banded evaluation within it gives the same tensor.
+    """
+    radius = sigma * math.sqrt(2.0 * _UNDERFLOW.get(compute_dtype(dtype), _UNDERFLOW[torch.float64]))
+    return radius if truncate is None else min(radius, truncate * sigma)
+
+
 def gaussian_basis(
-    t: torch.Tensor, centres: torch.Tensor, sigma: float, truncate: float | None = None
+    t: torch.Tensor, centres: torch.Tensor, sigma: float, truncate: float | None = None, *,
+    unit_grid: bool | None = None,
 ) -> torch.Tensor:
     """Gaussian bumps ``exp(-(t - c)^2 / (2 sigma^2))``: ``(..., K) -> (..., K, F)``.
+
+    On the grid ``c_i = i / F`` with a narrow Gaussian, only the band of centres where
+    the value is not exactly zero in the compute dtype is evaluated
+    (:func:`gaussian_support`); the result is the same tensor as the dense formula.
 
     Args:
         t: unit coordinates ``(..., K)``.
         centres: ``(F,)``.
         sigma: width (> 0).
         truncate: if given, set entries with ``|t - c| > truncate * sigma`` to exactly 0.
+        unit_grid: whether ``centres`` is the grid ``i / F`` (``None``: read it from the
+            values; the encodings pass ``True``, which keeps compiled graphs free of reads).
     """
-    if truncate is not None and _is_unit_grid(centres) and _use_band(truncate * sigma, centres.numel()):
-        scale = -0.5 / sigma**2
-        return banded_basis(t, centres.numel(), truncate * sigma, lambda d: torch.exp(d.square() * scale))
     dtype = compute_dtype(t.dtype)
+    num = centres.numel()
+    radius = gaussian_support(sigma, dtype, truncate)
+    if _use_band(radius, num) and (_is_unit_grid(centres) if unit_grid is None else unit_grid):
+        scale = -0.5 / sigma**2
+        return banded_basis(t, num, radius, lambda d: torch.exp(d.square() * scale), centres)
     diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
     far = diff.abs() > truncate * sigma if truncate is not None else None
     if diff.requires_grad:
@@ -98,14 +136,20 @@ def gaussian_basis(
     return out
 
 
-def triangle_basis(t: torch.Tensor, centres: torch.Tensor, width: float) -> torch.Tensor:
-    """Hat functions ``max(0, 1 - |t - c| / width)``: ``(..., K) -> (..., K, F)``."""
-    if _is_unit_grid(centres) and _use_band(width, centres.numel()):
-        return banded_basis(t, centres.numel(), width, lambda d: (1.0 - d.abs() / width).clamp_min(0.0))
+def triangle_basis(t: torch.Tensor, centres: torch.Tensor, width: float, *,
+                   unit_grid: bool | None = None) -> torch.Tensor:
+    """Hat functions ``max(0, 1 - |t - c| / width)``: ``(..., K) -> (..., K, F)``.
+
+    ``unit_grid``: whether ``centres`` is the grid ``i / F`` (then a narrow hat is
+    evaluated in its band only); ``None`` reads it from the values.
+    """
+    if _use_band(width, centres.numel()) and (_is_unit_grid(centres) if unit_grid is None else unit_grid):
+        return banded_basis(t, centres.numel(), width, lambda d: d.abs().mul(-1.0 / width).add(1.0).clamp_min(0.0),
+                            centres)
     dtype = compute_dtype(t.dtype)
     diff = t.to(dtype)[..., None] - centres.to(device=t.device, dtype=dtype)
     if diff.requires_grad:
-        return (1.0 - diff.abs() / width).clamp_min(0.0)
+        return diff.abs().mul(-1.0 / width).add(1.0).clamp_min(0.0)
     return diff.abs_().mul_(-1.0 / width).add_(1.0).clamp_min_(0.0)
 
 
@@ -147,13 +191,15 @@ class GaussianEncoding(CoordinateEncoding):
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.sigma = resolve_width("sigma", sigma, kernel_width, lambda w: w, 0.01)
         self.truncate = None if truncate is None else check_positive_float("truncate", truncate)
-        centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        self.register_buffer("centres", _centres(self.features_per_direction, device, dtype), persistent=False)
         self._finalize()
 
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir  # centres
+
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
-        return gaussian_basis(t, self.centres, self.sigma, self.truncate)
+        return gaussian_basis(t, self.centres, self.sigma, self.truncate, unit_grid=True)
 
     def extra_repr(self) -> str:
         extra = f", truncate={self.truncate:g}" if self.truncate is not None else ""
@@ -191,13 +237,15 @@ class TriangleEncoding(CoordinateEncoding):
     ) -> None:
         super().__init__(in_dim, num_features, mode, domain, normalize, strict)
         self.width = check_width("width", width)
-        centres = grid_centres(self.features_per_direction)
-        self.register_buffer("centres", centres.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        self.register_buffer("centres", _centres(self.features_per_direction, device, dtype), persistent=False)
         self._finalize()
 
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir  # centres
+
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
-        return triangle_basis(t, self.centres, self.width)
+        return triangle_basis(t, self.centres, self.width, unit_grid=True)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, width={self.width:g}"
@@ -324,12 +372,19 @@ class CirculantEncoding(CoordinateEncoding):
         self.generator = check_choice("generator", generator, GENERATORS)
         self.sigma, self.freq, self.seed = sigma, freq, seed
         self.offset, self.bipolar = offset, bipolar
-        c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed,
-                                offset=offset, bipolar=bipolar)
-        self.register_buffer("generator_vector", c.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        dtype = dtype or torch.get_default_dtype()
+        if device is not None and torch.device(device).type == "meta":  # shapes only: nothing to compute
+            c = torch.empty(self.features_per_direction, device="meta", dtype=dtype)
+        else:
+            c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed,
+                                    offset=offset, bipolar=bipolar).to(device=device, dtype=dtype)
+        self.register_buffer("generator_vector", c, persistent=False)
         self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir  # the generator vector
 
     def max_sq_norm_1d(self) -> torch.Tensor:
         # Every row of a circulant matrix is a permutation of the unit-norm generator.

@@ -48,7 +48,7 @@ from posenc._checks import (
     check_tensor,
     check_width,
 )
-from posenc.encodings.base import Encoding
+from posenc.encodings.base import Encoding, Footprint, check_out_dim
 from posenc.encodings.registry import register_encoding
 from posenc.positions import (
     _check_limit,
@@ -212,6 +212,18 @@ class CAPEEncoding(Encoding):
         self.seed = seed
         self.out_dtype = dtype or torch.get_default_dtype()
         self._generators: dict[str, torch.Generator] = {}
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        # no parameters or buffers: the frequencies are built on the positions' device
+        in_dim, num_features = arguments["in_dim"], arguments["num_features"]
+        check_positive_int("in_dim", in_dim)
+        if in_dim not in (1, 2):
+            raise ValueError(f"in_dim must be 1 or 2 for CAPE, got {in_dim}")
+        check_positive_int("num_features", num_features)
+        if num_features % 2:
+            raise ValueError(f"num_features must be even (sine/cosine pairs), got {num_features}")
+        return Footprint(check_out_dim(num_features, "reduce num_features"), 0, 0)
 
     @staticmethod
     def _check_spacing(spacing: Any) -> tuple[float, ...]:

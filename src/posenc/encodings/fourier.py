@@ -15,9 +15,14 @@ import math
 
 import torch
 
-from posenc._checks import check_choice, check_positive_float, check_positive_int, check_width
-from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
+from posenc._checks import _compiling, check_choice, check_positive_float, check_positive_int, check_width
+from posenc.encodings.base import CoordinateEncoding, Footprint, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
+
+
+#: Elements of one phase block on the CPU (4 MiB of float32): the phases are computed,
+#: read by sin and by cos while they are still in cache, and never written to memory.
+PHASE_BLOCK = 2**20
 
 
 def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -28,22 +33,44 @@ def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         freqs: frequencies ``(F/2,)`` shared by all K directions, or ``(K, F/2)``.
 
     Returns:
-        ``(..., K, F)`` with the F/2 sines first, then the F/2 cosines.
+        ``(..., K, F)`` with the F/2 sines first, then the F/2 cosines. Without
+        autograd on the CPU the output is the only large allocation: the phases are
+        made block by block in a small buffer (:data:`PHASE_BLOCK`).
     """
     dtype = compute_dtype(t.dtype)
-    phase = (2.0 * math.pi) * t.to(dtype)[..., None] * freqs.to(device=t.device, dtype=dtype)
-    return _sincos(phase)
-
-
-def _sincos(phase: torch.Tensor) -> torch.Tensor:
-    """``[sin(phase), cos(phase)]`` along the last dimension, written into one buffer."""
-    if phase.requires_grad:
+    t2pi = (2.0 * math.pi) * t.to(dtype)
+    f = freqs.to(device=t.device, dtype=dtype)
+    if not _blocked(t2pi, f):
+        phase = t2pi[..., None] * f
         return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
-    half = phase.shape[-1]
-    out = phase.new_empty((*phase.shape[:-1], 2 * half))
-    torch.sin(phase, out=out[..., :half])
-    torch.cos(phase, out=out[..., half:])
-    return out
+    k, half = t.shape[-1], f.shape[-1]
+    rows = t2pi.reshape(-1, k, 1)
+    out = torch.empty((rows.shape[0], k, 2 * half), dtype=dtype, device=t.device)
+    _sincos_blocks(out, lambda start, stop, buf: torch.mul(rows[start:stop], f, out=buf))
+    return out.reshape(*t.shape, 2 * half)
+
+
+def _blocked(*tensors: torch.Tensor) -> bool:
+    """Whether the block-wise, in-place path applies: CPU tensors, no autograd, not traced."""
+    return (not _compiling() and all(x.device.type == "cpu" and not x.requires_grad for x in tensors))
+
+
+def _sincos_blocks(out: torch.Tensor, phase_into) -> None:
+    """Fill ``out`` ``(N, K, 2H)`` with ``[sin(phase), cos(phase)]``, a block of rows at a time.
+
+    ``phase_into(start, stop, buf)`` writes the phases of rows ``start:stop`` into
+    ``buf`` ``(stop - start, K, H)``.
+    """
+    n, k, width = out.shape
+    half = width // 2
+    step = max(1, PHASE_BLOCK // max(1, k * half))
+    buf = out.new_empty((min(step, n), k, half))
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        ph = buf[: stop - start]
+        phase_into(start, stop, ph)
+        torch.sin(ph, out=out[start:stop, :, :half])
+        torch.cos(ph, out=out[start:stop, :, half:])
 
 
 class _FourierBase(CoordinateEncoding):
@@ -80,14 +107,25 @@ class BasicFourierEncoding(_FourierBase):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        check_positive_int("in_dim", in_dim)
-        check_choice("mode", mode, self.supported_modes)
-        k = 4 if mode == "four_direction" else in_dim
-        num = 2 if mode == "product" else 2 * k
-        super().__init__(in_dim, num, mode, domain, normalize, strict)
+        super().__init__(in_dim, self._width(in_dim, mode), mode, domain, normalize, strict)
         self.register_buffer("freqs", torch.ones(1, device=device, dtype=dtype or torch.get_default_dtype()),
                              persistent=False)
         self._finalize()
+
+    @classmethod
+    def _width(cls, in_dim: int, mode: str) -> int:
+        """``num_features``: one sine/cosine pair per direction (per axis in mode 'product')."""
+        check_positive_int("in_dim", in_dim)
+        check_choice("mode", mode, cls.supported_modes)
+        return 2 if mode == "product" else 2 * (4 if mode == "four_direction" else in_dim)
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        return super()._footprint({**arguments, "num_features": cls._width(arguments["in_dim"], arguments["mode"])})
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return 1  # the frequency 1
 
 
 @register_encoding("linf")
@@ -124,10 +162,13 @@ class LinearFourierEncoding(_FourierBase):
         if self.max_freq < 1.0:
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
-        freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64, device=device)
+        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir // 2  # frequencies
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
@@ -167,10 +208,13 @@ class LogFourierEncoding(_FourierBase):
         if self.max_freq < 1.0:
             raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
         half = self.features_per_direction // 2
-        freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype or torch.get_default_dtype()),
-                             persistent=False)
+        freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64, device=device)
+        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
         self._finalize()
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir // 2  # frequencies
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
@@ -231,8 +275,14 @@ class RandomFourierEncoding(_FourierBase):
         self.reset_parameters()
         self._finalize()
 
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return (per_dir // 2) * (arguments["in_dim"] if arguments["mode"] == "full" else num_dirs)  # frequencies
+
     def reset_parameters(self) -> None:
         """Redraw the frequencies from N(0, sigma^2) with ``seed`` (on the CPU, then moved)."""
+        if self.freqs.is_meta:  # shapes only: nothing to draw
+            return
         gen = torch.Generator().manual_seed(self.seed)
         draw = torch.randn(self.freqs.shape, generator=gen, dtype=torch.float64) * self.sigma
         with torch.no_grad():
@@ -244,8 +294,18 @@ class RandomFourierEncoding(_FourierBase):
         return super().compute_row_scale()
 
     def encode_full(self, u: torch.Tensor) -> torch.Tensor:
-        phase = (u @ self.freqs.to(u.dtype).T).mul_(2.0 * math.pi)
-        return _sincos(phase)
+        b_t = self.freqs.to(device=u.device, dtype=u.dtype).T  # (in_dim, F/2)
+        if not _blocked(u, b_t):
+            phase = (u @ b_t) * (2.0 * math.pi)
+            return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
+        rows = u.reshape(-1, u.shape[-1])
+        out = torch.empty((rows.shape[0], 1, 2 * b_t.shape[1]), dtype=u.dtype, device=u.device)
+
+        def phase_into(start: int, stop: int, buf: torch.Tensor) -> None:
+            torch.mm(rows[start:stop], b_t, out=buf[:, 0]).mul_(2.0 * math.pi)
+
+        _sincos_blocks(out, phase_into)
+        return out.reshape(*u.shape[:-1], out.shape[-1])
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, sigma={self.sigma:g}, seed={self.seed}"

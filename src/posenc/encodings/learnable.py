@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import (
+    _compiling,
     check_last_dim,
     check_choice,
     check_divisible,
@@ -38,7 +39,7 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
-from posenc.encodings.base import Encoding, compute_dtype, resolve_width
+from posenc.encodings.base import Encoding, Footprint, check_numel, check_out_dim, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
 INTERPOLATIONS = ("none", "linear", "bicubic")
@@ -121,20 +122,8 @@ class LearnedTableEncoding(Encoding):
         dtype: torch.dtype | None = None,
         antialias: bool = False,
     ) -> None:
-        check_positive_int("in_dim", in_dim)
-        if in_dim not in (1, 2):
-            raise ValueError(f"in_dim must be 1 or 2 for a learned table, got {in_dim}")
-        check_positive_int("num_features", num_features)
+        grid = self._grid(in_dim, grid_size, num_features)
         super().__init__(in_dim, num_features)
-        if isinstance(grid_size, int) and not isinstance(grid_size, bool):
-            grid_size = (grid_size,) * in_dim
-        if not isinstance(grid_size, (tuple, list)):
-            raise TypeError(f"grid_size must be an int or a tuple of ints, got {type(grid_size).__name__} ({grid_size!r})")
-        grid = tuple(grid_size)
-        if len(grid) != in_dim:
-            raise ValueError(f"grid_size must have in_dim={in_dim} entries, got {grid_size!r}")
-        for g in grid:
-            check_positive_int("grid_size", g)
         self.grid_size = grid
         self.num_features = num_features
         self.interpolation = check_choice("interpolation", interpolation, INTERPOLATIONS)
@@ -146,8 +135,34 @@ class LearnedTableEncoding(Encoding):
         self.weight = nn.Parameter(torch.empty(*grid, num_features, device=device, dtype=dtype))
         self.reset_parameters()
 
+    @staticmethod
+    def _grid(in_dim: int, grid_size: int | tuple[int, ...], num_features: int) -> tuple[int, ...]:
+        """The validated grid as a tuple (``in_dim`` and ``num_features`` checked first)."""
+        check_positive_int("in_dim", in_dim)
+        if in_dim not in (1, 2):
+            raise ValueError(f"in_dim must be 1 or 2 for a learned table, got {in_dim}")
+        check_out_dim(check_positive_int("num_features", num_features), "reduce num_features")
+        if isinstance(grid_size, int) and not isinstance(grid_size, bool):
+            grid_size = (grid_size,) * in_dim
+        if not isinstance(grid_size, (tuple, list)):
+            raise TypeError(f"grid_size must be an int or a tuple of ints, got {type(grid_size).__name__} ({grid_size!r})")
+        grid = tuple(grid_size)
+        if len(grid) != in_dim:
+            raise ValueError(f"grid_size must have in_dim={in_dim} entries, got {grid_size!r}")
+        for g in grid:
+            check_positive_int("grid_size", g)
+        check_numel("grid_size", math.prod(grid) * num_features, f"a table of {grid} x {num_features}")
+        return grid
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        grid = cls._grid(arguments["in_dim"], arguments["grid_size"], arguments["num_features"])
+        return Footprint(arguments["num_features"], math.prod(grid) * arguments["num_features"], 0)
+
     def reset_parameters(self) -> None:
         """Truncated normal (at 2 std) with ``init_std``, drawn on the CPU with ``seed``."""
+        if self.weight.is_meta:  # shapes only: nothing to draw
+            return
         gen = torch.Generator().manual_seed(self.seed)
         draw = torch.empty(self.weight.shape, dtype=torch.float32)
         nn.init.trunc_normal_(draw, std=self.init_std, a=-2 * self.init_std, b=2 * self.init_std, generator=gen)
@@ -161,7 +176,7 @@ class LearnedTableEncoding(Encoding):
         if positions.dtype == torch.bool or positions.is_complex():
             raise TypeError(f"positions must hold integer grid indices, got dtype {positions.dtype}")
         check_finite("positions", positions)
-        if positions.numel() == 0:
+        if positions.numel() == 0 or _compiling():  # the value checks run in eager mode only
             return
         if positions.is_floating_point() and not bool((positions == positions.round()).all()):
             raise ValueError("positions must hold integer grid indices for a learned table, got fractional values")
@@ -224,13 +239,28 @@ class _GroupedEncoding(Encoding):
     positions_kind: ClassVar[str] = "continuous"
 
     def __init__(self, in_dim: int, num_features: int, num_groups: int) -> None:
-        check_positive_int("in_dim", in_dim)
-        check_positive_int("num_features", num_features)
-        check_positive_int("num_groups", num_groups)
-        check_divisible("num_features", num_features, num_groups, f"D split evenly over num_groups={num_groups}")
+        self._check_groups(in_dim, num_features, num_groups)
         super().__init__(in_dim, num_features)
         self.num_features = num_features
         self.num_groups = num_groups
+
+    @staticmethod
+    def _check_groups(in_dim: int, num_features: int, num_groups: int) -> int:
+        """Validate the shared sizes; returns ``D / G``, the output width per group."""
+        check_positive_int("in_dim", in_dim)
+        check_out_dim(check_positive_int("num_features", num_features), "reduce num_features")
+        check_positive_int("num_groups", num_groups)
+        check_divisible("num_features", num_features, num_groups, f"D split evenly over num_groups={num_groups}")
+        return num_features // num_groups
+
+    @staticmethod
+    def _check_mlp(n_in: int, hidden: int, n_out: int) -> None:
+        check_positive_int("hidden_dim", hidden)
+        check_numel("hidden_dim", hidden * max(n_in, n_out), "an MLP weight")
+
+    @staticmethod
+    def _mlp_numel(n_in: int, hidden: int, n_out: int) -> int:
+        return n_in * hidden + hidden + hidden * n_out + n_out
 
     def check_input(self, positions: torch.Tensor) -> None:
         check_tensor("positions", positions)
@@ -260,6 +290,8 @@ class _GroupedEncoding(Encoding):
 
     def _reset_mlp(self, mlp: nn.Sequential, gen: torch.Generator) -> None:
         # PyTorch's default Linear init (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), drawn from ``gen``.
+        if mlp[0].weight.is_meta:  # shapes only: nothing to draw
+            return
         with torch.no_grad():
             for layer in mlp:
                 if isinstance(layer, nn.Linear):
@@ -280,8 +312,45 @@ def learnable_fourier_features(positions: torch.Tensor, w_r: torch.Tensor) -> to
         ``(..., |F|)``, cosines first; computed in at least float32.
     """
     dtype = compute_dtype(positions.dtype)
-    proj = positions.to(dtype) @ w_r.to(dtype).T
-    return torch.cat((torch.cos(proj), torch.sin(proj)), dim=-1) / math.sqrt(2 * w_r.shape[0])
+    x, w = positions.to(dtype), w_r.to(dtype)
+    norm = math.sqrt(2 * w_r.shape[0])
+    if _compiling():  # traced: the plain formula (the compiler fuses it)
+        proj = x @ w.T
+        return torch.cat((torch.cos(proj), torch.sin(proj)), dim=-1) / norm
+    return _FourierFeatures.apply(x, w, norm)
+
+
+class _FourierFeatures(torch.autograd.Function):
+    """``[cos(x W^T), sin(x W^T)] / norm`` with one cosine and one sine per entry, forward and backward.
+
+    Forward writes both halves into one buffer (no concatenation). Backward needs no
+    trigonometry: with ``F = [c, s] / norm``, ``dF_c/dp = -F_s`` and ``dF_s/dp = F_c``, so
+    the gradient of the phases ``p = x W^T`` is ``F_c * g_s - F_s * g_c``, read from the
+    saved output (the tensor the MLP's first layer keeps anyway). Twice differentiable:
+    the backward is made of differentiable operations.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, norm: float) -> torch.Tensor:
+        half = w.shape[0]
+        proj = x @ w.T
+        out = proj.new_empty((*proj.shape[:-1], 2 * half))
+        torch.cos(proj, out=out[..., :half])
+        torch.sin(proj, out=out[..., half:])
+        out.div_(norm)
+        ctx.save_for_backward(x, w, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, w, out = ctx.saved_tensors
+        half = w.shape[0]
+        grad_p = torch.addcmul(out[..., :half] * grad[..., half:], out[..., half:], grad[..., :half], value=-1.0)
+        grad_x = grad_p @ w if ctx.needs_input_grad[0] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            grad_w = grad_p.reshape(-1, half).T @ x.reshape(-1, x.shape[-1])
+        return grad_x, grad_w, None
 
 
 @register_encoding("lff")
@@ -326,18 +395,9 @@ class LearnableFourierEncoding(_GroupedEncoding):
         kernel_width: float | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, num_groups)
-        per_group = num_features // num_groups
-        if fourier_dim is None:
-            fourier_dim = per_group
-        check_positive_int("fourier_dim", fourier_dim, minimum=2)
-        check_even("fourier_dim", fourier_dim)
-        if not use_mlp and fourier_dim != per_group:
-            raise ValueError(
-                f"fourier_dim must equal num_features / num_groups = {per_group} when use_mlp=False "
-                f"(the Fourier features are the output), got {fourier_dim}"
-            )
+        fourier_dim, per_group = self._sizes(in_dim, num_features, num_groups, fourier_dim, hidden_dim, use_mlp)
         self.fourier_dim = fourier_dim
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.hidden_dim = hidden_dim
         self.gamma = resolve_width("gamma", gamma, kernel_width, lambda w: math.sqrt(2.0) * w, 1.0)
         self.learnable_freqs = bool(learnable_freqs)
         self.use_mlp = bool(use_mlp)
@@ -350,8 +410,39 @@ class LearnableFourierEncoding(_GroupedEncoding):
         self.mlp = self._make_mlp(fourier_dim, hidden_dim, per_group, device, dtype) if use_mlp else None
         self.reset_parameters()
 
+    @classmethod
+    def _sizes(cls, in_dim: int, num_features: int, num_groups: int, fourier_dim: int | None, hidden_dim: int,
+               use_mlp: bool) -> tuple[int, int]:
+        """Validated ``(fourier_dim, per-group output width)``."""
+        per_group = cls._check_groups(in_dim, num_features, num_groups)
+        if fourier_dim is None:
+            fourier_dim = per_group
+        check_positive_int("fourier_dim", fourier_dim, minimum=2)
+        check_even("fourier_dim", fourier_dim)
+        if not use_mlp and fourier_dim != per_group:
+            raise ValueError(
+                f"fourier_dim must equal num_features / num_groups = {per_group} when use_mlp=False "
+                f"(the Fourier features are the output), got {fourier_dim}"
+            )
+        check_positive_int("hidden_dim", hidden_dim)
+        check_numel("hidden_dim", hidden_dim * max(fourier_dim, per_group), "an MLP weight")
+        check_numel("fourier_dim", (fourier_dim // 2) * in_dim, "W_r")
+        return fourier_dim, per_group
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        a = arguments
+        fourier_dim, per_group = cls._sizes(a["in_dim"], a["num_features"], a["num_groups"], a["fourier_dim"],
+                                            a["hidden_dim"], bool(a["use_mlp"]))
+        w_r = (fourier_dim // 2) * a["in_dim"]
+        mlp = cls._mlp_numel(fourier_dim, a["hidden_dim"], per_group) if a["use_mlp"] else 0
+        learnable = bool(a["learnable_freqs"])
+        return Footprint(a["num_features"], mlp + (w_r if learnable else 0), 0 if learnable else w_r)
+
     def reset_parameters(self) -> None:
         """``W_r ~ N(0, 1/gamma^2)`` (std ``1/gamma``), then the MLP; all drawn from ``seed``."""
+        if self.w_r.is_meta:  # shapes only: nothing to draw
+            return
         gen = torch.Generator().manual_seed(self.seed)
         draw = torch.randn(self.w_r.shape, generator=gen, dtype=torch.float64) / self.gamma
         with torch.no_grad():
@@ -404,10 +495,18 @@ class CoordinateMLPEncoding(_GroupedEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(in_dim, num_features, num_groups)
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self._check_mlp(in_dim, hidden_dim, num_features // num_groups)
+        self.hidden_dim = hidden_dim
         self.seed = check_positive_int("seed", seed, minimum=0)
         self.mlp = self._make_mlp(in_dim, hidden_dim, num_features // num_groups, device, dtype)
         self.reset_parameters()
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        a = arguments
+        per_group = cls._check_groups(a["in_dim"], a["num_features"], a["num_groups"])
+        cls._check_mlp(a["in_dim"], a["hidden_dim"], per_group)
+        return Footprint(a["num_features"], cls._mlp_numel(a["in_dim"], a["hidden_dim"], per_group), 0)
 
     def reset_parameters(self) -> None:
         self._reset_mlp(self.mlp, torch.Generator().manual_seed(self.seed))

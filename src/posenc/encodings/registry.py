@@ -123,6 +123,39 @@ def encoding_parameter_docs(name: str) -> dict[str, str]:
     return {p: docs.get(p, "") for p in encoding_parameters(name)}
 
 
+def _check_call(name: Any, kwargs: dict) -> None:
+    _ensure_loaded()
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"unknown encoding {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    allowed = encoding_parameters(name)
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"encoding {name!r} got unexpected argument(s) {', '.join(unknown)}; "
+            f"it takes {', '.join(allowed)}"
+        )
+
+
+def encoding_footprint(name: str, **kwargs: Any):
+    """Sizes of ``create_encoding(name, **kwargs)`` from the arguments alone: nothing is built.
+
+    For a memory check before construction: ``num_features=2**40`` costs nothing here.
+    The size arguments are validated as the constructor validates them (an ``out_dim``
+    above ``2**31 - 1`` is refused); widths and seeds are not looked at.
+
+    Returns:
+        :class:`~posenc.encodings.base.Footprint` ``(out_dim, parameters, buffers)``
+        (element counts; ``.nbytes(dtype)`` gives bytes).
+
+    Raises:
+        ValueError: unknown name, or size arguments the constructor would refuse.
+        TypeError: an argument the encoding does not take, or of the wrong type.
+    """
+    _check_call(name, kwargs)
+    cls = encoding_class(name)
+    return cls.footprint(**getattr(_REGISTRY[name], "fixed", {}), **kwargs)
+
+
 def create_encoding(name: str, **kwargs: Any) -> nn.Module:
     """Build a registered encoding by name.
 
@@ -134,14 +167,5 @@ def create_encoding(name: str, **kwargs: Any) -> nn.Module:
         ValueError: unknown name (the message lists the known ones).
         TypeError: an argument the encoding does not take.
     """
-    _ensure_loaded()
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"unknown encoding {name!r}; available: {', '.join(sorted(_REGISTRY))}")
-    allowed = encoding_parameters(name)
-    unknown = sorted(set(kwargs) - set(allowed))
-    if unknown:
-        raise TypeError(
-            f"encoding {name!r} got unexpected argument(s) {', '.join(unknown)}; "
-            f"it takes {', '.join(allowed)}"
-        )
+    _check_call(name, kwargs)
     return _REGISTRY[name](**kwargs)

@@ -31,7 +31,7 @@ from posenc._checks import (
     check_tensor,
     check_width,
 )
-from posenc.encodings.base import Encoding, compute_dtype
+from posenc.encodings.base import Encoding, Footprint, check_out_dim, compute_dtype
 from posenc.encodings.registry import register_encoding
 
 
@@ -95,13 +95,7 @@ class SinusoidalEncoding(Encoding):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        check_positive_int("in_dim", in_dim)
-        check_positive_int("num_features", num_features)
-        if num_features % (2 * in_dim):
-            raise ValueError(
-                f"num_features must be divisible by 2 * in_dim = {2 * in_dim} (a sine/cosine block per axis), "
-                f"got num_features={num_features}"
-            )
+        self._check_sizes(in_dim, num_features)
         super().__init__(in_dim, num_features)
         self.num_features = num_features
         self.base = check_positive_float("base", base)
@@ -109,8 +103,23 @@ class SinusoidalEncoding(Encoding):
             raise ValueError(f"base must be > 1, got {base}")
         self.scale = check_width("scale", scale)
         dtype = dtype or torch.get_default_dtype()
-        freqs = sinusoidal_frequencies(num_features // in_dim, self.base, self.scale)
-        self.register_buffer("freqs", freqs.to(device=device, dtype=dtype), persistent=False)
+        freqs = sinusoidal_frequencies(num_features // in_dim, self.base, self.scale, device=device)
+        self.register_buffer("freqs", freqs.to(dtype), persistent=False)
+
+    @staticmethod
+    def _check_sizes(in_dim: int, num_features: int) -> None:
+        check_positive_int("in_dim", in_dim)
+        check_out_dim(check_positive_int("num_features", num_features), "reduce num_features")
+        if num_features % (2 * in_dim):
+            raise ValueError(
+                f"num_features must be divisible by 2 * in_dim = {2 * in_dim} (a sine/cosine block per axis), "
+                f"got num_features={num_features}"
+            )
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        cls._check_sizes(arguments["in_dim"], arguments["num_features"])
+        return Footprint(arguments["num_features"], 0, arguments["num_features"] // arguments["in_dim"] // 2)
 
     def check_input(self, positions: torch.Tensor) -> None:
         check_tensor("positions", positions)

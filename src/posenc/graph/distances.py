@@ -9,13 +9,21 @@ sets) come for free by seeding the BFS with every member of the set, and the
 member each node is closest to (P-GNN's ``argmax`` of ``1/(d+1)``) is carried
 along as the "origin" of each pair.
 
-Two formulations of the same step are provided:
+Three ways to compute it:
 
-* ``method="gather"`` (default): the candidates are gathered from a padded
-  neighbour table (bounded degree) or by a CSR expansion (skewed degree), and
-  duplicates are resolved by a stamp trick, all in numpy.
+* ``method="scipy"`` (single anchors only): one compiled breadth-first traversal
+  per anchor (``scipy.sparse.csgraph.breadth_first_order`` on the symmetric
+  adjacency as a directed graph, so no transpose is built per call); the depths
+  follow from the traversal order and the BFS tree (:func:`bfs_per_anchor`).
+* ``method="gather"``: the batched search above; the candidates are gathered from a
+  padded neighbour table (bounded degree) or by a CSR expansion (skewed degree),
+  and duplicates are resolved by a stamp trick, all in numpy.
 * ``method="spgemm"``: the frontier is a sparse ``(K, n)`` matrix ``F`` and the
   candidates are ``F @ A`` (scipy sparse product); no origins.
+
+``method="auto"`` (default) takes ``"scipy"`` for single anchors without a
+``max_distance`` (it is faster there: each traversal stays in cache) and
+``"gather"`` otherwise (anchor sets, q-hop cut-offs).
 
 Unreachable pairs (another connected component, or farther than
 ``max_distance``) get distance ``inf`` (``-1`` in the integer routine).
@@ -26,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.csgraph import breadth_first_order
 
 from posenc._checks import check_choice, check_positive_int
 from posenc.graph._validate import adjacency_csr
@@ -127,6 +136,57 @@ def bfs_from_sets(
     return dist, origin
 
 
+def bfs_per_anchor(adj: sp.csr_matrix, anchors: np.ndarray, *, max_distance: int | None = None,
+                   dtype=np.int32) -> np.ndarray:
+    """Hop distances from each single anchor, one compiled traversal per anchor.
+
+    ``scipy.sparse.csgraph.breadth_first_order`` returns the nodes in BFS order and the
+    BFS tree (each node's predecessor). In BFS order depths never decrease and the
+    tree children of the first ``p`` nodes are exactly the nodes at positions
+    ``1 .. c_p``, where ``c_p`` counts those children. So if depth ``l + 1`` starts at
+    position ``s`` (every node before it has depth ``<= l``), depth ``l + 2`` starts at
+    ``1 + c_s``. One count of children (``bincount`` of the predecessors), one gather
+    and a cumulative sum give every depth, with no frontier bookkeeping.
+
+    Args:
+        adj: ``(n, n)`` symmetric CSR (see ``adjacency_csr``): traversed as a directed
+            graph, which on a symmetric matrix is the undirected traversal.
+        anchors: ``(K,)`` node ids (repeats allowed).
+        max_distance: pairs farther than this are reported unreachable.
+        dtype: of the result: an integer dtype (``-1`` where unreachable) or a floating
+            one (``inf`` where unreachable), written directly (no conversion pass).
+
+    Returns:
+        ``(K, n)`` of ``dtype``.
+    """
+    n = adj.shape[0]
+    # breadth_first_order works on float64 data and int32 indices: convert once, not per call
+    graph = sp.csr_matrix((np.ones(adj.indices.shape[0]), adj.indices.astype(np.int32, copy=False),
+                           adj.indptr.astype(np.int32, copy=False)), shape=adj.shape)
+    anchors = np.asarray(anchors, dtype=np.int64).reshape(-1)
+    dtype = np.dtype(dtype)
+    missing = np.inf if dtype.kind == "f" else -1
+    dist = np.empty((anchors.shape[0], n), dtype=dtype)
+    for row, source in zip(dist, anchors):
+        order, pred = breadth_first_order(graph, int(source), directed=True, return_predecessors=True)
+        m = order.shape[0]
+        np.maximum(pred, -1, out=pred)  # unreached nodes (and the root) have no parent: bin 0
+        pred[source] = -1
+        pred += 1
+        children = np.bincount(pred, minlength=n + 1)[1:]  # BFS-tree children of each node
+        reach = np.cumsum(np.take(children, order))  # children of the first p + 1 nodes of the order
+        starts = [0, 1]  # positions in the order where each depth begins
+        while starts[-1] < m:
+            starts.append(1 + int(reach[starts[-1] - 1]))
+        depth = np.repeat(np.arange(len(starts) - 1, dtype=np.int32), np.diff(starts))
+        if m < n:
+            row.fill(missing)
+        row[order] = depth
+    if max_distance is not None:
+        dist[dist > max_distance] = missing
+    return dist
+
+
 def bfs_from_sets_spgemm(adj: sp.csr_matrix, anchors: AnchorSets, *, max_distance: int | None = None) -> np.ndarray:
     """Same distances as :func:`bfs_from_sets`, each step one sparse product ``F @ A``.
 
@@ -166,7 +226,7 @@ def anchor_distances(
     max_distance: int | None = None,
     return_origin: bool = False,
     symmetrize: bool = False,
-    method: str = "gather",
+    method: str = "auto",
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +240,9 @@ def anchor_distances(
         max_distance: if given, pairs farther than this are reported unreachable.
         return_origin: also return the closest member of each set.
         symmetrize: add reverse edges instead of rejecting a directed graph.
-        method: ``"gather"`` or ``"spgemm"`` (no origins).
+        method: ``"auto"`` (default: ``"scipy"`` for single anchors without
+            ``max_distance``, else ``"gather"``), ``"scipy"`` (single anchors only),
+            ``"gather"`` or ``"spgemm"`` (no origins); all give the same distances.
         dtype: floating dtype of the distances.
         device: where to put the outputs.
 
@@ -189,16 +251,32 @@ def anchor_distances(
         also ``origin`` ``(n, K)`` long, ``-1`` where unreachable. Both are transposed
         views of ``(K, n)`` buffers (call ``.contiguous()`` for a node-major copy).
     """
-    check_choice("method", method, ("gather", "spgemm"))
+    check_choice("method", method, ("auto", "scipy", "gather", "spgemm"))
     if max_distance is not None:
         check_positive_int("max_distance", max_distance, minimum=0)
     if not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating dtype (inf marks unreachable), got {dtype}")
     adj = adjacency_csr(edge_index, num_nodes, symmetrize=symmetrize)
     sets = _check_anchor_sets(anchors, num_nodes)
+    single = sets.nodes.numel() == sets.num_sets  # every set has one member
+    if method == "auto":
+        method = "scipy" if single and max_distance is None else "gather"
+    if method == "scipy":
+        if not single:
+            raise ValueError("method='scipy' takes single anchors, not anchor sets; use method='gather' "
+                             "(or 'auto') for sets")
+        # written as floats with inf directly: no integer array to convert afterwards
+        dist_f = bfs_per_anchor(adj, sets.nodes.numpy(), max_distance=max_distance,
+                                dtype=np.float64 if dtype == torch.float64 else np.float32)
+        dist = torch.from_numpy(dist_f).to(device=device, dtype=dtype).t()
+        if not return_origin:
+            return dist
+        # the origin of a single anchor is the anchor itself, wherever it is reachable
+        origin = np.where(np.isfinite(dist_f), sets.nodes.numpy()[:, None], -1)
+        return dist, torch.from_numpy(origin).to(device).t()
     if method == "spgemm":
         if return_origin:
-            raise ValueError("return_origin is only supported by method='gather'")
+            raise ValueError("return_origin is supported by method='gather' and 'scipy', not 'spgemm'")
         dist_i = bfs_from_sets_spgemm(adj, sets, max_distance=max_distance)
         origin_i = None
     else:
