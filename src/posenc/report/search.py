@@ -149,6 +149,9 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         "smallest difference the seeds detect with 80 % power (from the observed spread).",
         "",
     ]
+    if summary.get("cpu_s"):
+        out += [f"**Compute.** {summary['jobs']} jobs took {summary['cpu_s']:.0f} s of CPU time (their process "
+                f"time, one thread each).", ""]
     design = summary.get("design")
     if design:
         out += [f"**Power.** {design['n']} supernet seeds per variant. The issue's pilot (3 stacked DARTS-like "

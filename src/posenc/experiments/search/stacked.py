@@ -13,6 +13,7 @@ architecture of an enumerable space with the same recipe.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,6 +148,7 @@ def run_supernet(cfg: SupernetConfig) -> dict:
         raise ValueError(f"checkpoints must be increasing epochs in 1..epochs={cfg.epochs} ending at epochs, "
                          f"got {cfg.checkpoints}")
     space = _space_fields(cfg)
+    cpu0 = time.process_time()
     with torch_threads(cfg.threads):
         data = _data(cfg.data_seed, cfg.subset)
         torch.manual_seed(cfg.seed)
@@ -193,6 +195,7 @@ def run_supernet(cfg: SupernetConfig) -> dict:
             "pt_decisions": [{k: d[k] for k in ("edge", "scores", "base", "chosen", "step")} for d in sel.decisions],
             "pt_pruned": pruned, "pt_final_val_acc": evaluate(net, data["val"], bn="batch")[1],
             "retrained": {k: retrained.get(a) for k, a in picks.items()},
+            "cpu_s": time.process_time() - cpu0,
         }
 
 
@@ -237,7 +240,9 @@ def run_ground_truth(cfg: GroundTruthConfig) -> dict:
     bad = [a for a in cfg.archs if a not in every]
     if bad:
         raise ValueError(f"archs: {bad} are not architectures of the space (edges {edges})")
+    cpu0 = time.process_time()
     with torch_threads(cfg.threads):
         data = _data(cfg.data_seed, cfg.subset)
         rows = [retrain(_space_fields(cfg), a, edges, cfg.retrain, RETRAIN_SEED + cfg.seed, data) for a in cfg.archs]
-    return {"kind": "gt", "space": cfg.space, "seed": cfg.seed, "edges": edges, "archs": rows}
+    return {"kind": "gt", "space": cfg.space, "seed": cfg.seed, "edges": edges, "archs": rows,
+            "cpu_s": time.process_time() - cpu0}

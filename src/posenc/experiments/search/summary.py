@@ -240,4 +240,6 @@ def summarize(results: Mapping[str, dict]) -> dict:
     per = {space: summarize_space(results, space) for space in spaces}
     claims = {f"{space}.{k}": v for space, part in per.items() for k, v in part.get("claims", {}).items()}
     n = max((part["selectors"].get("pt", {}).get("seeds", 0) for part in per.values()), default=0)
-    return {"spaces": per, "claims": claims, "design": pilot_design(n) if n > 1 else None}
+    cpu = [r["cpu_s"] for r in results.values() if r.get("kind") in ("super", "gt") and "cpu_s" in r]
+    return {"spaces": per, "claims": claims, "design": pilot_design(n) if n > 1 else None,
+            "cpu_s": sum(cpu) if cpu else None, "jobs": len(cpu)}
