@@ -176,6 +176,31 @@ def test_bad_input():
         topology_select(Chain(), data(), {"n": ["edges.7"]})
 
 
+@pytest.mark.parametrize("criterion", ["accuracy", "loss"])
+def test_non_finite_scores_and_alpha_are_refused_not_picked(criterion):
+    # an op whose output overflows float32: every score it touches is non-finite
+    model = nn.Sequential(MixedOp({"skip": nn.Identity(), "huge": Scale(1e38)}, alpha_init="zeros"),
+                          MixedOp({"skip": nn.Identity(), "huge": Scale(1e38)}, alpha_init="zeros"))
+    with pytest.raises(ValueError, match="non-finite score"):
+        perturbation_select(model, data(), criterion=criterion)
+    model = Chain()
+    with torch.no_grad():
+        model.edges[1].alpha[2] = float("inf")
+    with pytest.raises(ValueError, match="edges.1.*not finite"):
+        perturbation_select(model, data())
+    with pytest.raises(ValueError, match="edges.1.*not finite"):
+        magnitude_select(model)
+
+
+class Scale(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x):
+        return self.c * x
+
+
 def test_a_decision_costs_one_pass_per_nonzero_op_plus_one():
     passes = []
     model = Chain(n_edges=1)

@@ -204,3 +204,21 @@ def test_standalone_architecture_trains_with_standalone_settings(space):
     hist = train_network(model, data, steps=6, **STANDALONE_TRAINING[space])
     assert len(hist["train_loss"]) == 6
     assert evaluate(model, data)[0] < before
+
+
+def test_run_search_and_topology_accept_dataloaders():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y = _digits(64)
+    train = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+    val = DataLoader(TensorDataset(x, y), batch_size=32)
+    torch.manual_seed(0)
+    res = run_search(build_space("s3", channels=4), train, val, steps=2, proj_intv=1)
+    assert len(res["pruned"]) == 2 and res["supernet"]["steps"] == 2
+    torch.manual_seed(0)
+    a = build_space("s3", channels=4)
+    torch.manual_seed(0)
+    b = build_space("s3", channels=4)
+    sa = perturbation_select(a, val, groups=a.decision_groups(), seed=3)
+    sb = perturbation_select(b, (x, y), groups=b.decision_groups(), seed=3, batch_size=32)
+    assert [d["scores"] for d in sa.decisions] == [d["scores"] for d in sb.decisions]

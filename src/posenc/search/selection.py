@@ -177,17 +177,19 @@ def magnitude_select(model: nn.Module, *, edges: Sequence[str] | None = None, se
 
 
 def _measure(model: nn.Module, val: Batches, criterion: str, batch_size: int, loss_fn: LossFn | None,
-             bn: str) -> float:
+             bn: str) -> tuple[float, float]:
+    """``(criterion value, loss)``: the loss tells whether the outputs were finite."""
     source = val.pair if val.pair is not None else val.iterable
     loss, acc = evaluate(model, source, batch_size, loss_fn=loss_fn, bn=bn)
-    return loss if criterion == "loss" else acc
+    return (loss if criterion == "loss" else acc), loss
 
 
-def _check_score(value: float, what: str) -> float:
-    if not math.isfinite(value):
-        raise ValueError(f"the validation {what} is {value}: a perturbed supernet gave a non-finite score "
-                         "(diverged weights, or an op that overflows); no op can be chosen from it")
-    return value
+def _check_score(value: tuple[float, float], what: str) -> float:
+    score, loss = value
+    if not (math.isfinite(score) and math.isfinite(loss)):
+        raise ValueError(f"the validation {what} gave a non-finite score (loss {loss}): the supernet's outputs "
+                         "overflow or its weights diverged; no op can be chosen from it")
+    return score
 
 
 def _groups(model: nn.Module, groups: Sequence[Sequence[str]] | None, arg: str) -> list[list[str]] | None:
