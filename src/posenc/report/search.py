@@ -44,9 +44,10 @@ def _ms_pct(stat: dict | None) -> str:
 def _diff(c: dict, scale: float, unit: str) -> str:
     if c.get("mean") is None:
         return "n/a"
+    d = 2 if unit else 3
     lo, hi = c.get("low"), c.get("high")
-    interval = "[n/a]" if lo is None or hi is None else f"[{scale * lo:+.3g}, {scale * hi:+.3g}]"
-    return f"{scale * c['mean']:+.3g}{unit} {interval} (n={c['n']}): **{c['verdict']}**"
+    interval = "[n/a]" if lo is None or hi is None else f"[{scale * lo:+.{d}f}, {scale * hi:+.{d}f}]"
+    return f"{scale * c['mean']:+.{d}f}{unit} {interval} (n={c['n']}): **{c['verdict']}**"
 
 
 def _tests(test: dict | None) -> str:
@@ -64,7 +65,7 @@ def _detectable(c: dict, scale: float, unit: str) -> str:
         return "too few seeds to state a detectable difference"
     if c["detectable"] == 0:
         return "every paired difference is equal, so any non-zero shift would show"
-    return f"detects ≥ {scale * c['detectable']:.3g}{unit} (80 % power)"
+    return f"detects ≥ {scale * c['detectable']:.{2 if unit else 3}f}{unit} (80 % power)"
 
 
 def _claims(claims: dict) -> list[str]:
@@ -117,6 +118,14 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
             ys = [per_seed[sel].get(seed) for sel in sels]
             xs = [i for i, y in enumerate(ys) if y is not None]
             ax.plot(xs, [100 * ys[i] for i in xs], color="0.7", lw=0.8, zorder=0)
+        gt = part.get("gt")
+        if gt:
+            ax.axhline(100 * gt["table"][gt["best"]]["test"], color=COLOURS["optimum"], ls="--", lw=1,
+                       label="best of the space (ground truth)")
+            ax.axhline(100 * gt["random_test"], color=COLOURS["random"], ls=":", lw=1,
+                       label="mean of the space (ground truth)")
+            ax.legend(fontsize=7, loc="lower right", frameon=False)
+        ax.set_xlim(-0.4, len(sels) - 0.6)
         ax.set_xticks(range(len(sels)), [LABELS[s].split(" (")[0].replace(", ", "\n") for s in sels], fontsize=8)
         if k == 0:
             ax.set_ylabel("retrained test accuracy (%)")
@@ -209,7 +218,7 @@ SECTION = Section(
     plan=plan,
     summarize=summarize,
     render=render,
-    quick_budget_s=150.0,
+    quick_budget_s=140.0,
 )
 
 __all__ = ["SECTION", "render", "SEP"]

@@ -180,6 +180,8 @@ class Loop:
         model = self.model
         alphas = [p for g in (a_opt.param_groups if a_opt is not None else []) for p in g["params"]]
         weights = [p for g in (w_opt.param_groups if w_opt is not None else []) for p in g["params"]]
+        arch = list({id(m.alpha): m.alpha for m in model.modules() if isinstance(m, MixedOp)}.values())
+        arch_req = [p.requires_grad for p in arch]
         was_training = model.training
         model.train()
         try:
@@ -190,7 +192,11 @@ class Loop:
                     a_opt.zero_grad(set_to_none=True)
                     loss = self.loss_fn(model(xb), yb)
                     self._check(loss, step, "validation (alpha step)")
-                    loss.backward()
+                    # gradients of alpha only: the weights' gradients of this pass are never used
+                    live = [p for p in alphas if p.requires_grad]
+                    grads = torch.autograd.grad(loss, live, allow_unused=True) if live else ()
+                    for p, g in zip(live, grads):
+                        p.grad = g
                     a_opt.step()
                     if not all(bool(torch.isfinite(p).all()) for p in alphas):
                         raise FloatingPointError(f"the supernet diverged at step {step + 1}: alpha became non-finite "
@@ -204,11 +210,16 @@ class Loop:
                             group["lr"] = lr
                     xb, yb = next(self.tb)
                     w_opt.zero_grad(set_to_none=True)
-                    for p in alphas:
+                    for p in arch:  # no gradient of alpha in a weight step
                         p.grad = None
-                    loss = self.loss_fn(model(xb), yb)
-                    self._check(loss, step, "training (weight step)")
-                    loss.backward()
+                        p.requires_grad_(False)
+                    try:
+                        loss = self.loss_fn(model(xb), yb)
+                        self._check(loss, step, "training (weight step)")
+                        loss.backward()
+                    finally:
+                        for p, req in zip(arch, arch_req):
+                            p.requires_grad_(req)
                     if self.grad_clip is not None:
                         nn.utils.clip_grad_norm_(weights, self.grad_clip)
                     w_opt.step()
