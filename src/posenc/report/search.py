@@ -124,15 +124,19 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
                        label="best of the space (ground truth)")
             ax.axhline(100 * gt["random_test"], color=COLOURS["random"], ls=":", lw=1,
                        label="mean of the space (ground truth)")
-            ax.legend(fontsize=7, loc="lower right", frameon=False)
         ax.set_xlim(-0.4, len(sels) - 0.6)
         ax.set_xticks(range(len(sels)), [LABELS[s].split(" (")[0].replace(", ", "\n") for s in sels], fontsize=8)
         if k == 0:
             ax.set_ylabel("retrained test accuracy (%)")
         ax.set_title(f"{space}: picks retrained (one line per seed)", fontsize=10)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
     out.append(f"![parameter-free share along training, and the retrained picks]({save_figure('picks', fig)})")
     plt.close(fig)
     return out
