@@ -167,8 +167,9 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                 f"time, one thread each).", ""]
     design = summary.get("design")
     if design:
-        out += [f"**Power.** {design['n']} supernet seeds per variant. The issue's pilot (3 stacked DARTS-like "
-                f"cells, 4 seeds) measured a skip-share difference of +{PILOT['mean']:.3f} "
+        out += [f"**Power.** {design['n']} supernet seeds per variant. The effect this profile is designed for: a "
+                f"pilot on digits (3 stacked DARTS-like cells of {{skip, sep_conv_3x3}}, 50 epochs, 4 seeds; run "
+                f"before this section existed) measured a skip-share difference of +{PILOT['mean']:.3f} "
                 f"[+{PILOT['low']:.2f}, +{PILOT['high']:.2f}], a per-seed spread of {design['pilot_sd']:.3f}: "
                 f"with that spread {design['n']} seeds detect a difference of {design['detectable']:.3f} (80 % "
                 f"power), and an effect of the pilot's size would "

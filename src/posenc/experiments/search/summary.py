@@ -14,7 +14,7 @@ from posenc.experiments.stats import NOT_CONFIRMED, mean_std, paired_difference
 PARAM_FREE = ("none", "skip", "noise")
 #: selector -> (supernet variant, pick)
 SELECTORS = {"magnitude": ("darts", "magnitude"), "pt": ("darts", "pt"), "pt_fixed": ("fixed", "pt_fixed")}
-#: the paired skip-share difference of the issue's pilot (3 stacked DARTS-like cells of
+#: the paired skip-share difference of a pilot run made before this section existed (3 stacked DARTS-like cells of
 #: {skip, sep_conv_3x3}, 50 epochs, 4 seeds): mean +0.167, 95 % interval [+0.03, +0.30]
 PILOT = {"mean": 0.167, "low": 0.03, "high": 0.30, "n": 4}
 
