@@ -203,8 +203,10 @@ def test_plan_shapes_and_order():
     gt = [a for j in quick if j.key.startswith("gt.") for a in j.config.archs]
     assert sorted(gt) == sorted(space_archs(exp.QUICK["nb201"].supernet)[1]) and len(gt) == 8
     assert {j.key.split(".")[1] for j in full if j.key.startswith("super.")} == {"nb201", "s1", "s2", "s3", "s4"}
-    supers = [j.key for j in full if j.key.startswith("super.")]
-    assert supers[:10] == [f"super.{s}.{v}.s0" for s in ("nb201", "s1", "s2", "s3", "s4") for v in ("darts", "fixed")]
+    keys = [j.key for j in full]
+    # the cheap NB201 space first (its ground truth included), then the DARTS spaces seed-major
+    assert keys[:2] == ["super.nb201.darts.s0", "super.nb201.fixed.s0"] and keys[26].startswith("gt.nb201.")
+    assert keys[27:35] == [f"super.{s}.{v}.s0" for s in ("s1", "s2", "s3", "s4") for v in ("darts", "fixed")]
     assert sum(k.startswith("super.") for k in [j.key for j in plan("quick", seeds=3)]) == 3
     with pytest.raises(ValueError, match="profile"):
         plan("medium")

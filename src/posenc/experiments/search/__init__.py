@@ -144,15 +144,22 @@ def plan(profile: str, seeds: int | None = None) -> list:
     jobs = []
     profiles = PROFILES[profile]
     cost = {space: 1.0 if space.startswith("nb201") else 5.0 for space in profiles}
-    n_max = max(p.seeds if seeds is None else seeds for p in profiles.values())
-    for s in range(n_max):  # seed-major: a run stopped early still covers every space
-        for space, prof in profiles.items():
-            if s < (prof.seeds if seeds is None else seeds):
-                for v in prof.variants:
-                    cfg = dataclasses.replace(prof.supernet, variant=v, seed=s)
-                    jobs.append(Job(f"super.{space}.{v}.s{s}", run_supernet, cfg, cost=cost[space]))
-    for space, prof in profiles.items():
-        if prof.gt_seeds:
+    # the NB201 spaces first (cheap), then the DARTS spaces seed-major, so that a run stopped
+    # early has finished the cheap space and covers every DARTS space on its first seeds
+    groups = [[s for s in profiles if s.startswith("nb201")], [s for s in profiles if not s.startswith("nb201")]]
+    for group in groups:
+        n_max = max((profiles[sp].seeds if seeds is None else seeds for sp in group), default=0)
+        for s in range(n_max):
+            for space in group:
+                prof = profiles[space]
+                if s < (prof.seeds if seeds is None else seeds):
+                    for v in prof.variants:
+                        cfg = dataclasses.replace(prof.supernet, variant=v, seed=s)
+                        jobs.append(Job(f"super.{space}.{v}.s{s}", run_supernet, cfg, cost=cost[space]))
+        for space in group:
+            prof = profiles[space]
+            if not prof.gt_seeds:
+                continue
             sup = prof.supernet
             gt = GroundTruthConfig(space=sup.space, ops=sup.ops, num_cells=sup.num_cells, num_nodes=sup.num_nodes,
                                    channels=sup.channels, data_seed=sup.data_seed, retrain=sup.retrain)
