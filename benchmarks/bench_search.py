@@ -75,11 +75,11 @@ def bench_decision(space: str, kwargs: dict, val, repeat: int) -> dict:
             "ratio_cpu": t["decision"]["cpu_s"] / t["val_pass"]["cpu_s"], "target_ratio": 6.0}
 
 
-def bench_step(name: str, space: str, kwargs: dict, data, repeat: int) -> dict:
+def bench_step(name: str, space: str, kwargs: dict, data, repeat: int, warm_steps: int = 20) -> dict:
     torch.manual_seed(0)
     sup = build_space(space, **kwargs)
     kw = dict(SPACE_TRAINING[space])
-    train_darts(sup, data["train"], data["val"], steps=20, seed=0, **kw)
+    train_darts(sup, data["train"], data["val"], steps=warm_steps, seed=0, **kw)
     probe = copy.deepcopy(sup)
     sel, _ = darts_pt(probe, data["train"], data["val"], finetune_epochs=0, seed=0)  # operations, then topology
     sel.choices = {e: m.chosen for e, m in mixed_ops(probe).items() if not m.pruned}

@@ -43,7 +43,7 @@ def test_search_same_seed_same_answer_and_table():
 
 
 def test_search_stacked_darts_cells_with_topology():
-    res = invoke("search", "--space", "s2", "--cells", 3, "--steps", 2, "--finetune-epochs", 0, "--json")
+    res = invoke("search", "--space", "s2", "--cells", 3, "--steps", 1, "--finetune-epochs", 0, "--json")
     assert res.exit_code == 0, res.stderr
     payload = json.loads(res.stdout)
     assert payload["cells"] == 3 and len(payload["pruned"]) == 2  # node 3 of the normal and the reduction cell

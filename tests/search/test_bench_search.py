@@ -14,10 +14,10 @@ def test_tiny_benchmarks_and_their_tables():
     from posenc.search import digits_splits
 
     data = digits_splits(seed=0)
-    small = {k: (x[:64], y[:64]) for k, (x, y) in data.items()}
+    small = {k: (x[:32], y[:32]) for k, (x, y) in data.items()}
     d = bench_search.bench_decision("nb201-micro", {"channels": 4}, small["val"], repeat=1)
     assert d["ops"] == 5 and d["decision_s"] > 0 and d["target_ratio"] == 6.0
-    s = bench_search.bench_step("s2", "s2", {"num_cells": 3, "channels": 4}, small, repeat=1)
+    s = bench_search.bench_step("s2", "s2", {"num_cells": 3, "channels": 4}, small, repeat=1, warm_steps=1)
     assert s["ops"] == 2 and s["goal_ratio"] == 3 and sum(s["pt_picks"].values()) == 8
     r = {"decision": {"nb201-micro": d}, "step": {"s2": s}, "threads": 1, "loadavg_before": [1.0, 1, 1],
          "loadavg_after": [2.0, 1, 1]}
