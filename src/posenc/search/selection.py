@@ -104,7 +104,7 @@ def _allowed(name: str, names: Sequence[str], exclude: Sequence[str]) -> list[st
     return allowed
 
 
-def _check_nodes(model: nn.Module, nodes: Any, keep: int) -> dict[str, list[str]]:
+def _check_nodes(model: nn.Module, nodes: Any) -> dict[str, list[str]]:
     if not isinstance(nodes, Mapping) or not nodes:
         raise ValueError(f"nodes must be a non-empty mapping node -> input edge names, got {nodes!r}")
     out = {}
@@ -142,7 +142,7 @@ def magnitude_select(model: nn.Module, *, edges: Sequence[str] | None = None, se
     exclude = _check_exclude(exclude)
     check_choice("ties", ties, TIES)
     check_positive_int("keep", keep)
-    node_map = _check_nodes(model, nodes, keep) if nodes is not None else {}
+    node_map = _check_nodes(model, nodes) if nodes is not None else {}
     sel = Selection("magnitude", {}, criterion="alpha")
     strength: dict[str, float] = {}
     for name in names:
@@ -360,7 +360,7 @@ def topology_select(model: nn.Module, val: Data, nodes: Mapping[str, Sequence[st
     check_choice("ties", ties, TIES)
     if finetune is not None and not callable(finetune):
         raise TypeError(f"finetune must be a callable finetune(model) or None, got {type(finetune).__name__}")
-    node_map = _check_nodes(model, nodes, keep)
+    node_map = _check_nodes(model, nodes)
     gen = torch.Generator().manual_seed(_check_seed(seed))
     if groups is None:
         pools = [list(node_map)]
