@@ -267,7 +267,7 @@ def test_summarize_claims_on_a_known_answer():
     assert part["selectors"]["pt"]["gt_percentile"]["mean"] == 100.0
     assert part["magnitude_by_epoch"]["5"]["param_free"]["mean"] == 0.0
     assert s["claims"]["nb201.param_free_gap"] is c["param_free_gap"]
-    assert s["design"]["n"] == 8
+    assert s["design"]["n"] == 8 and part["design"]["n"] == 8
     gt = ground_truth(res, "nb201")
     assert gt["skip|skip|skip"]["percentile"] == 0.0
 

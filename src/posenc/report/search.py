@@ -165,16 +165,6 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     if summary.get("cpu_s"):
         out += [f"**Compute.** {summary['jobs']} jobs took {summary['cpu_s']:.0f} s of CPU time (their process "
                 f"time, one thread each).", ""]
-    design = summary.get("design")
-    if design:
-        out += [f"**Power.** {design['n']} supernet seeds per variant. The effect this profile is designed for: a "
-                f"pilot on digits (3 stacked DARTS-like cells of {{skip, sep_conv_3x3}}, 50 epochs, 4 seeds; run "
-                f"before this section existed) measured a skip-share difference of +{PILOT['mean']:.3f} "
-                f"[+{PILOT['low']:.2f}, +{PILOT['high']:.2f}], a per-seed spread of {design['pilot_sd']:.3f}: "
-                f"with that spread {design['n']} seeds detect a difference of {design['detectable']:.3f} (80 % "
-                f"power), and an effect of the pilot's size would "
-                f"{'hold' if design['pilot_would_hold'] else 'not hold'} (interval half-width "
-                f"{design['half_width']:.3f}).", ""]
     for space, part in summary["spaces"].items():
         if not part.get("supernets"):
             continue
@@ -185,6 +175,17 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             f"{v} α: {r['converged']}/{r['n']} converged, validation accuracy {_ms_pct(r['val_acc'])} %"
             for v, r in part["supernets"].items()) + ".")
         out.append("")
+        design = part.get("design")
+        if design:
+            out += [f"**Power.** {design['n']} supernet seeds. The effect this profile is designed for: a pilot on "
+                    f"digits (3 stacked DARTS-like cells of {{skip, sep_conv_3x3}}, 50 epochs, 4 seeds; run before "
+                    f"this section existed) measured a skip-share difference of +{PILOT['mean']:.3f} "
+                    f"[+{PILOT['low']:.2f}, +{PILOT['high']:.2f}], a per-seed spread of {design['pilot_sd']:.3f}: "
+                    f"with that spread {design['n']} seeds detect a difference of {design['detectable']:.3f} (80 % "
+                    f"power), and an effect of the pilot's size would "
+                    f"{'hold' if design['pilot_would_hold'] else 'not hold'} (interval half-width "
+                    f"{design['half_width']:.3f}). Each claim below states what its own spread lets the seeds detect.",
+                    ""]
         gt = part.get("gt")
         body = []
         for sel, row in part["selectors"].items():

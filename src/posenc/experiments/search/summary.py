@@ -190,6 +190,8 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
             row["optimum_hits"] = sum(a == out["gt"]["best"] for a in by_seed.values())
         out["selectors"][sel] = row
     out["claims"] = space_claims(picks, tests, darts, gt)
+    n = len(picks.get("pt") or picks.get("pt_fixed") or {})
+    out["design"] = pilot_design(n) if n > 1 else None
     return out
 
 
