@@ -254,31 +254,9 @@ def cape(r: dict) -> str:
 
 
 def search(r: dict) -> str:
-    def cpu_ms(d: dict, key: str) -> str:
-        return f"{d[key] * 1e3:.0f}" if key in d else "–"
+    from benchmarks.bench_search import markdown as search_markdown
 
-    rows = [[space, d["ops"], f"{d['val_pass_s'] * 1e3:.0f}", cpu_ms(d, "val_pass_cpu_s"),
-             cpu_ms(d, "val_pass_autograd_batch64_cpu_s"), f"{d['decision_s'] * 1e3:.0f}", f"{d['ratio']:.2f}",
-             f"{d['ratio_cpu']:.2f}", f"{d['target_ratio']:.1f}"]
-            for space, d in r["decision"].items()]
-    n = next(iter(r["decision"].values()))["val_examples"]
-    out = [f"One perturbation decision (mask each op of one edge, plus the unmasked pass) against one validation "
-           f"pass, {n} digits, inference mode, batch 512, {r['threads']} thread:", "",
-           markdown_table(["space", "ops", "val pass ms", "val pass CPU ms", "CPU ms with autograd, batch 64",
-                           "decision ms", "ratio (wall)", "ratio (CPU)", "target ≤"], rows)]
-    s = r["micro_search"]
-    by: dict[str, list] = {}
-    for row in s["rows"]:
-        by.setdefault(row["selector"], []).append(row)
-    rows = []
-    for sel, rs in by.items():
-        k = len(rs)
-        rows.append([sel, k, f"{sum(x['wall_s'] for x in rs) / k:.1f}", f"{sum(x['cpu_s'] for x in rs) / k:.1f}",
-                     f"{sum(x['cpu_supernet_s'] for x in rs) / k:.1f}", f"{sum(x['cpu_select_s'] for x in rs) / k:.1f}"])
-    out += ["", f"One search per seed on the micro NB201 space ({s['steps']} supernet steps of batch {s['batch_size']}, "
-            f"{s['finetune_epochs']:g} fine-tuning epochs per PT decision), seconds per seed:", "",
-            markdown_table(["selector", "seeds", "wall", "CPU", "CPU supernet", "CPU select + measure"], rows)]
-    return "\n".join(out)
+    return search_markdown(r)
 
 
 def scale(r: dict) -> str:

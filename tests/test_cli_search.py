@@ -16,7 +16,8 @@ def invoke(*args):
 
 def test_search_json():
     selector = "pt"
-    res = invoke("search", "--space", "nb201-micro", "--selector", selector, "--seed", 1, "--steps", 8, "--json")
+    res = invoke("search", "--space", "nb201-micro", "--selector", selector, "--seed", 1, "--steps", 8,
+                 "--proj-intv", 1, "--json")
     assert res.exit_code == 0, res.stderr
     payload = json.loads(res.stdout)  # exactly one JSON object on stdout
     edges = ["cells.0.edges.1<-0", "cells.0.edges.2<-0", "cells.0.edges.2<-1"]
@@ -36,9 +37,21 @@ def test_search_same_seed_same_answer_and_table():
     b = json.loads(invoke("search", "--steps", 5, "--seed", 2, "--selector", "magnitude", "--json").stdout)
     assert a["selection"] == b["selection"] and a["criterion"] == "alpha"
     assert sum(a["selection"]["decisions"][0]["scores"].values()) == pytest.approx(1.0)
-    res = invoke("search", "--steps", 5, "--selector", "pt-fixed", "--space", "pe")
+    res = invoke("search", "--steps", 5, "--selector", "pt-fixed", "--space", "pe", "--finetune-epochs", 0)
     assert res.exit_code == 0, res.stderr
     assert "encoding" in res.stdout and "val accuracy" in res.stdout
+
+
+def test_search_stacked_darts_cells_with_topology():
+    res = invoke("search", "--space", "s2", "--cells", 3, "--steps", 1, "--finetune-epochs", 0, "--json")
+    assert res.exit_code == 0, res.stderr
+    payload = json.loads(res.stdout)
+    assert payload["cells"] == 3 and len(payload["pruned"]) == 2  # node 3 of the normal and the reduction cell
+    assert len(payload["choices"]) == 8 and set(payload["choices"].values()) <= {"skip", "sepconv3x3"}
+    assert payload["topology"]["decisions"]
+    table = invoke("search", "--space", "s4", "--cells", 3, "--steps", 1, "--finetune-epochs", 0,
+                   "--selector", "magnitude")
+    assert table.exit_code == 0 and "pruned" in table.stdout
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -47,6 +60,9 @@ def test_search_same_seed_same_answer_and_table():
     (("--criterion", "f1"), "--criterion"),
     (("--steps", -1), "--steps"),
     (("--finetune-epochs", -1), "--finetune-epochs"),
+    (("--cells", 0), "--cells"),
+    (("--space", "pe", "--cells", 2), "--cells"),
+    (("--proj-intv", 0), "--proj-intv"),
 ])
 def test_search_bad_input(args, needle):
     res = invoke("search", *args)

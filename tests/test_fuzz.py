@@ -668,3 +668,100 @@ def test_cli_refuses_huge_encodings_from_their_arguments(name, num_features):
     after = _peak_mb()
     if before is not None:
         assert after - before < 200, f"peak memory rose by {after - before:.0f} MB"
+
+
+# =========================================================================== search (#20)
+# Bad inputs of posenc.search: fuzzed data, architecture weights and hyper-parameters must be
+# refused with a clean error naming the argument (or give a finite answer), never a NaN pick.
+def _search_net():
+    from posenc.search import MixedOp, Zero
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), MixedOp({"none": Zero(), "skip": torch.nn.Identity(),
+                                                               "lin": torch.nn.Linear(4, 4)}))
+
+
+@FUZZ
+@given(x=tensors(max_dims=3, dtypes=[torch.float32, torch.float64, torch.int64, torch.bool]),
+       y=tensors(max_dims=2, dtypes=[torch.int64, torch.float32]))
+def test_search_evaluate_and_select_on_fuzzed_data(x, y):
+    from posenc.search import evaluate, perturbation_select
+
+    net = _search_net()
+    ok = (is_clean_finite(x) and x.dim() == 2 and x.shape[-1] == 3 and x.shape[0] > 0 and y.device.type != "meta"
+          and y.dim() == 1 and y.shape[0] == x.shape[0] and y.dtype == torch.int64 and bool((y >= 0).all())
+          and bool((y < 4).all()) and x.dtype == torch.float32)
+    names = ("data", "val", "inputs", "x", "shape", "dtype", "Target", "target", "mat", "size", "meta",
+             "expected", "out of bounds")
+
+    def call(fn):
+        try:
+            return torch.tensor(fn())
+        except (RuntimeError, IndexError) as err:  # a shape torch itself refuses, before any pick
+            raise ValueError(str(err)) from None
+
+    check_contract(lambda: call(lambda: evaluate(net, (x, y))), names, inputs_ok=ok)
+    check_contract(lambda: call(lambda: [perturbation_select(net, (x, y)).decisions[0]["base"]]), names,
+                   inputs_ok=ok)
+
+
+@FUZZ
+@given(alpha=tensors(shape=(3,), dtypes=[torch.float32]))
+def test_search_selection_with_fuzzed_alpha_never_picks_from_nan(alpha):
+    from posenc.search import magnitude_select, perturbation_select
+
+    if alpha.device.type == "meta":
+        return
+    net = _search_net()
+    with torch.no_grad():
+        net[1].alpha.copy_(alpha)
+    x = torch.rand(8, 3, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(8) % 4
+    ok = bool(torch.isfinite(alpha).all())
+    for fn in (lambda: magnitude_select(net, apply=False), lambda: perturbation_select(net, (x, y))):
+        try:
+            sel = fn()
+        except ValueError as err:
+            assert not ok and "alpha" in str(err)
+            continue
+        assert ok and sel.choices["1"] in ("none", "skip", "lin")
+
+
+@FUZZ
+@given(arg=st.sampled_from(["epochs", "lr", "momentum", "weight_decay", "grad_clip", "a_lr", "batch_size", "seed"]),
+       value=st.sampled_from([math.nan, math.inf, -1.0, -1, True, "1", None, 1e300]))
+def test_search_finetune_on_bad_numbers(arg, value):
+    from posenc.search import Finetune
+
+    x, y = torch.rand(8, 3), torch.arange(8) % 4
+    try:
+        Finetune((x, y), (x, y), **{arg: value})
+    except (ValueError, TypeError) as err:
+        assert arg in str(err)
+        return
+    seed_ok = arg == "seed" and isinstance(value, int) and not isinstance(value, bool)  # any int seeds a Generator
+    assert seed_ok or (arg == "grad_clip" and value is None) or (value == 1e300 and arg not in ("batch_size", "seed"))
+
+
+@FUZZ
+@given(name=st.sampled_from(["skip", "conv3x3", "noise", "sepconv3x3", "nope", ""]),
+       channels=st.sampled_from([4, 0, -2, 2.5, True]), stride=st.sampled_from([1, 2, 3, 0, 1.0]),
+       alpha_std=st.sampled_from([1e-3, 0.0, -1.0, math.nan, math.inf, "x"]))
+def test_search_constructors_on_bad_arguments(name, channels, stride, alpha_std):
+    from posenc.search import MixedOp, make_op
+
+    try:
+        op = make_op(name, channels, stride=stride)
+    except (ValueError, TypeError) as err:
+        assert any(a in str(err) for a in ("name", "channels", "stride"))
+    else:
+        assert name in ("skip", "conv3x3", "noise", "sepconv3x3") and channels == 4 and stride in (1, 2)
+        out = op(torch.rand(2, 4, 4, 4))
+        assert torch.isfinite(out).all() and out.shape[-1] == 4 // stride
+    try:
+        MixedOp({"a": torch.nn.Identity()}, alpha_std=alpha_std)
+    except (ValueError, TypeError) as err:
+        assert "alpha_std" in str(err)
+    else:
+        assert alpha_std in (1e-3, 0.0)
+# =========================================================================== end of search (#20)

@@ -837,12 +837,14 @@ def analyze_cmd(
 
 @app.command("search")
 def search_cmd(
-    space: Annotated[str, typer.Option(help="Search space: nb201-micro | nb201 | pe | darts-micro.")] = "nb201-micro",
+    space: Annotated[str, typer.Option(help="Search space: nb201-micro | nb201 | darts | s1 | s2 | s3 | s4 | pe.")] = "nb201-micro",
+    cells: Annotated[Optional[int], typer.Option(help="Stacked cells of a convolutional space (default: 1 for nb201*, 3 for darts and s1-s4).")] = None,
     selector: Annotated[str, typer.Option(help="pt (DARTS+PT) | pt-fixed (PT with fixed alpha) | magnitude (DARTS).")] = "pt",
     seed: Annotated[int, typer.Option(help="Seed of the weights, batches, edge order and tie breaks.")] = 0,
     steps: Annotated[int, typer.Option(help="Supernet training steps (batches of 64 digits).")] = 100,
-    finetune_epochs: Annotated[float, typer.Option(help="Weight fine-tuning epochs after each PT decision.")] = 0.0,
-    criterion: Annotated[str, typer.Option(help="PT criterion: loss | accuracy.")] = "loss",
+    proj_intv: Annotated[int, typer.Option(help="Tuning epochs between two PT decisions (the authors' 5).")] = 5,
+    finetune_epochs: Annotated[Optional[float], typer.Option(help="Instead: this many tuning epochs after every PT decision (0: none).")] = None,
+    criterion: Annotated[str, typer.Option(help="PT criterion: accuracy (the authors') | loss.")] = "accuracy",
     threads: Annotated[int, typer.Option(help="torch threads (1 is fastest for these tiny models).")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
@@ -851,30 +853,45 @@ def search_cmd(
     def go() -> dict:
         import torch
 
-        from posenc.search import CRITERIA, SELECTORS, SPACE_TRAINING, SPACES, build_space, digits_splits, evaluate
-        from posenc.search import run_search
+        from posenc.search import (
+            CONV_SPACES,
+            CRITERIA,
+            SELECTORS,
+            SPACE_TRAINING,
+            SPACES,
+            build_space,
+            digits_splits,
+            evaluate,
+            run_search,
+        )
 
         if space not in SPACES:
             raise CliError(f"--space must be one of {', '.join(SPACES)}, got {space!r}")
+        if cells is not None and cells < 1:
+            raise CliError(f"--cells must be >= 1, got {cells}")
+        if cells is not None and space not in CONV_SPACES:
+            raise CliError(f"--cells applies to the convolutional spaces ({', '.join(CONV_SPACES)}), not {space!r}")
         if selector not in SELECTORS:
             raise CliError(f"--selector must be one of {', '.join(SELECTORS)}, got {selector!r}")
         if criterion not in CRITERIA:
             raise CliError(f"--criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
         if steps < 0:
             raise CliError(f"--steps must be >= 0, got {steps}")
-        if finetune_epochs < 0:
+        if proj_intv < 1:
+            raise CliError(f"--proj-intv must be >= 1, got {proj_intv}")
+        if finetune_epochs is not None and not finetune_epochs >= 0:
             raise CliError(f"--finetune-epochs must be >= 0, got {finetune_epochs}")
         _set_threads(threads)
         data = digits_splits(seed=0)
         torch.manual_seed(seed)
-        model = build_space(space)
+        model = build_space(space, **({} if cells is None else {"num_cells": cells}))
         with _progress(f"search {space} ({selector})", steps, not as_json) as update:
-            res = run_search(model, data["train"], data["val"], selector=selector, steps=steps,
+            res = run_search(model, data["train"], data["val"], selector=selector, steps=steps, proj_intv=proj_intv,
                              finetune_epochs=finetune_epochs, criterion=criterion, seed=seed,
                              train_kwargs=SPACE_TRAINING[space],
                              progress=lambda stage, done, total: update(done, total))
-        test_loss, test_acc = evaluate(model, data["test"])
-        return {"space": space, "selector": selector, "seed": seed, "steps": steps, **res,
+        test_loss, test_acc = evaluate(model, data["test"], bn="batch")
+        return {"space": space, "cells": cells, "selector": selector, "seed": seed, "steps": steps, **res,
                 "selected": {**res["selected"], "test_loss": test_loss, "test_accuracy": test_acc}}
 
     payload = _run(go)
@@ -886,8 +903,15 @@ def search_cmd(
     for col in ("edge", "chosen", "scores (" + payload["criterion"] + ("; masked" if payload["selector"] != "magnitude" else "") + ")"):
         arch.add_column(col)
     for dec in payload["selection"]["decisions"]:
+        if "edge" not in dec:  # a node of magnitude's DARTS genotype
+            arch.add_row(dec["node"], "pruned: " + ", ".join(dec["pruned"]),
+                         ", ".join(f"{k}={v:.4g}" for k, v in dec["scores"].items()))
+            continue
         scores = ", ".join(f"{k}={v:.4g}" for k, v in dec["scores"].items())
         arch.add_row(dec["edge"], dec["chosen"], scores)
+    for dec in (payload.get("topology") or {}).get("decisions", []):
+        arch.add_row(dec["node"], "pruned: " + ", ".join(dec["pruned"]),
+                     "; ".join(", ".join(f"{k}={v:.4g}" for k, v in r["scores"].items()) for r in dec["rounds"]))
     out_console.print(arch)
     out_console.print(
         f"supernet: val accuracy {sup['val_accuracy']:.3f}, train loss {sup['train_loss_first'] or float('nan'):.3f} -> "

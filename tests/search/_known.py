@@ -28,7 +28,7 @@ class Chain(nn.Module):
         super().__init__()
         self.edges = nn.ModuleList(
             MixedOp([("none", Zero()), ("skip", nn.Identity()), ("noise_a", Fixed(seed + 10 * k)),
-                     ("noise_b", Fixed(seed + 10 * k + 1))])
+                     ("noise_b", Fixed(seed + 10 * k + 1))], alpha_init="zeros")
             for k in range(n_edges))
         self.scale = nn.Parameter(torch.tensor(8.0))
 

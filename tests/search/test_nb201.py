@@ -61,7 +61,7 @@ def test_enumeration_order_and_ids():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="ops"):
-        NB201MicroNet(4, 10, ops=("conv5x5",))
+        NB201MicroNet(4, 10, ops=("conv7x7",))
     with pytest.raises(ValueError, match="num_nodes"):
         NB201MicroNet(4, 10, num_nodes=1)
     with pytest.raises(ValueError, match="choices"):
@@ -87,3 +87,16 @@ def test_pooled_head_matches_formula():
     torch.testing.assert_close(net(x), net.classifier(pooled))
     with pytest.raises(ValueError, match="pool"):
         NB201MicroNet(4, 10, pool=0)
+
+
+def test_stacked_cells_share_alpha_and_choices_name_cell_zero():
+    torch.manual_seed(0)
+    net = NB201MicroNet(4, 10, num_cells=3, ops=("skip", "conv3x3"))
+    assert list(mixed_ops(net)) == ["cells.0.edges.1<-0", "cells.0.edges.2<-0", "cells.0.edges.2<-1"]
+    assert net.cells[2].edges["2<-1"].alpha is net.cells[0].edges["2<-1"].alpha
+    mixed_ops(net)["cells.0.edges.2<-0"].discretize("skip")
+    assert net.cells[1].edges["2<-0"].chosen == "skip"
+    choices = {"cells.0.edges.1<-0": "conv3x3", "cells.0.edges.2<-0": "skip", "cells.0.edges.2<-1": "conv3x3"}
+    alone = NB201MicroNet(4, 10, num_cells=3, ops=("skip", "conv3x3"), choices=choices)
+    assert all(type(c.edges["2<-0"]).__name__ == "Identity" for c in alone.cells)
+    assert len(mixed_ops(NB201MicroNet(4, 10, num_cells=3, share_alpha=False))) == 9

@@ -81,7 +81,7 @@ class Neg(nn.Module):
 
 def _tie_model():
     # 'none' and 'zero' output zeros; 'anti' outputs the negated signal, so removing it helps.
-    return nn.Sequential(MixedOp([("none", Zero()), ("zero", Zero()), ("anti", Neg())]))
+    return nn.Sequential(MixedOp([("none", Zero()), ("zero", Zero()), ("anti", Neg())], alpha_init="zeros"))
 
 
 @pytest.mark.parametrize("criterion", ["loss", "accuracy"])
@@ -121,7 +121,7 @@ def test_explicit_order_and_finetune_called_after_each_decision():
 def test_selection_is_json_serialisable():
     sel = perturbation_select(Chain(), data(), seed=0)
     d = json.loads(sel.to_json())
-    assert d == sel.to_dict() and d["method"] == "perturbation" and d["criterion"] == "loss"
+    assert d == sel.to_dict() and d["method"] == "perturbation" and d["criterion"] == "accuracy"
     assert isinstance(sel, Selection)
 
 
@@ -132,6 +132,7 @@ def test_topology_drops_the_edge_that_matters_least():
             self.a = MixedOp({"skip": nn.Identity()})
             self.b = MixedOp({"skip": nn.Identity()})
             self.c = MixedOp({"noise": nn.Linear(10, 10)})
+            self.c.ops["noise"].bias.data.zero_()
             for e in (self.a, self.b, self.c):
                 e.discretize(e.names[0])
             with torch.no_grad():
@@ -141,10 +142,10 @@ def test_topology_drops_the_edge_that_matters_least():
             return self.a(x) + self.b(x) + self.c(x)
 
     model = Node()
-    sel = topology_select(model, data(), {"out": ["a", "b", "c"]}, keep=2)
+    sel = topology_select(model, data(), {"out": ["a", "b", "c"]}, keep=2, criterion="loss")
     assert sel.pruned == ["c"] and model.c.pruned
     assert sel.choices == {"a": "skip", "b": "skip"}
-    sel1 = topology_select(model, data(), {"out": ["a", "b", "c"]}, keep=1, seed=4)
+    sel1 = topology_select(model, data(), {"out": ["a", "b", "c"]}, keep=1, seed=4, criterion="loss")
     assert len(sel1.pruned) == 1 and sel1.pruned[0] in {"a", "b"}
 
 
@@ -175,12 +176,43 @@ def test_bad_input():
         topology_select(Chain(), data(), {"n": ["edges.7"]})
 
 
+@pytest.mark.parametrize("criterion", ["accuracy", "loss"])
+def test_non_finite_scores_and_alpha_are_refused_not_picked(criterion):
+    # an op whose output overflows float32: every score it touches is non-finite
+    model = nn.Sequential(MixedOp({"skip": nn.Identity(), "huge": Scale(1e38)}, alpha_init="zeros"),
+                          MixedOp({"skip": nn.Identity(), "huge": Scale(1e38)}, alpha_init="zeros"))
+    with pytest.raises(ValueError, match="non-finite score"):
+        perturbation_select(model, data(), criterion=criterion)
+    model = Chain()
+    with torch.no_grad():
+        model.edges[1].alpha[2] = float("inf")
+    with pytest.raises(ValueError, match="edges.1.*not finite"):
+        perturbation_select(model, data())
+    with pytest.raises(ValueError, match="edges.1.*not finite"):
+        magnitude_select(model)
+
+
+class Scale(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x):
+        return self.c * x
+
+
 def test_a_decision_costs_one_pass_per_nonzero_op_plus_one():
     passes = []
     model = Chain(n_edges=1)
     model.register_forward_hook(lambda *a: passes.append(1))
     perturbation_select(model, data(), batch_size=1024)
     assert len(passes) == 1 + 3  # unmasked + skip, noise_a, noise_b ('none' needs no pass)
+    passes.clear()
+    perturbation_select(Chain(n_edges=1), data(), batch_size=64)
+    model = Chain(n_edges=1)
+    model.register_forward_hook(lambda *a: passes.append(1))
+    perturbation_select(model, data(), batch_size=64)
+    assert len(passes) == 4 * 4  # 256 examples in batches of 64
 
 
 def test_magnitude_drifts_to_none_on_digits_while_perturbation_does_not():
@@ -196,11 +228,11 @@ def test_magnitude_drifts_to_none_on_digits_while_perturbation_does_not():
     va = (sp["val"][0][:300], sp["val"][1][:300])
     torch.manual_seed(0)
     model = NB201MicroNet(8)
-    train_darts(model, tr, va, steps=100, batch_size=64, w_lr=0.05, a_lr=3e-3, seed=0)
+    train_darts(model, tr, va, steps=100, batch_size=64, w_lr=0.05, w_lr_min=0.0, a_lr=3e-3, seed=0)
     mag = magnitude_select(model, apply=False)
     none_edges = [e for e, op in mag.choices.items() if op == "none"]
     assert none_edges, mag.decisions
-    pt = perturbation_select(model, va, seed=0)
+    pt = perturbation_select(model, va, seed=0, criterion="loss")
     assert "none" not in pt.choices.values()
     for d in pt.decisions:
         if d["edge"] in none_edges:

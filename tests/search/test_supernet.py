@@ -5,6 +5,7 @@ from torch import nn
 from posenc.search import (
     MixedOp,
     arch_parameters,
+    batch_statistics,
     evaluate,
     make_finetune,
     mixed_ops,
@@ -13,6 +14,7 @@ from posenc.search import (
     train_network,
     weight_parameters,
 )
+from posenc.search.supernet import cosine_lr
 
 from ._known import Chain, data
 
@@ -22,7 +24,7 @@ class Trainable(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.edge = MixedOp({"none": nn.Identity(), "lin": nn.Linear(10, 10)})
+        self.edge = MixedOp({"none": nn.Identity(), "lin": nn.Linear(10, 10)}, alpha_init="zeros")
 
     def forward(self, x):
         return self.edge(x)
@@ -92,7 +94,7 @@ def test_finetune_trains_discretised_model():
     before = model.edge.ops["lin"].weight.detach().clone()
     make_finetune(data(64), data(64, seed=1), epochs=1, batch_size=16)(model)
     assert not torch.equal(before, model.edge.ops["lin"].weight)
-    assert torch.equal(model.edge.alpha.detach(), torch.zeros(2))
+    assert torch.equal(model.edge.alpha.detach(), torch.zeros(2))  # a decided edge's alpha takes no step
 
 
 def test_train_network_is_the_weight_half_of_train_darts():
@@ -139,3 +141,72 @@ def test_bad_input():
         evaluate(Chain(), x)
     with pytest.raises(ValueError, match="finite"):
         evaluate(Chain(), (torch.full_like(x, float("nan")), y))
+    with pytest.raises(ValueError, match="bn"):
+        evaluate(Chain(), (x, y), bn="train")
+    with pytest.raises(ValueError, match="w_lr_min"):
+        train_darts(Chain(), (x, y), (x, y), steps=1, w_lr=0.01, w_lr_min=0.1)
+    with pytest.raises(TypeError, match="a_optimizer"):
+        train_darts(Chain(), (x, y), (x, y), steps=1, a_optimizer="adam")
+
+
+def test_cosine_schedule_matches_torch_stepped_per_epoch_to_the_minimum():
+    # the authors' CosineAnnealingLR(T_max=epochs, eta_min=0.001), stepped once per epoch
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.025)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 7, eta_min=0.001)
+    at = cosine_lr(0.025, 0.001, steps=7 * 3, per_epoch=3)
+    for epoch in range(7):
+        for k in range(3):
+            assert at(3 * epoch + k) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
+        opt.step()
+        sched.step()
+
+
+def test_batch_statistics_use_the_batch_and_leave_running_stats_alone():
+    bn = nn.BatchNorm1d(3)
+    bn.running_mean.fill_(5.0)
+    bn.eval()
+    x = torch.randn(16, 3, dtype=torch.float32)
+    with batch_statistics(bn):
+        out = bn(x)
+    ref = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + bn.eps)
+    torch.testing.assert_close(out, ref)
+    assert torch.equal(bn.running_mean, torch.full((3,), 5.0)) and not bn.training
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    model.eval()
+    d = (torch.randn(32, 3), torch.randint(0, 3, (32,)))
+    assert evaluate(model, d, 32, bn="batch") != evaluate(model, d, 32, bn="eval")
+
+
+def test_dataloader_input_equals_tensor_input():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y = data(100)
+    loader = DataLoader(TensorDataset(x, y), batch_size=7, shuffle=False)
+    model = Chain()
+    assert evaluate(model, loader) == pytest.approx(evaluate(model, (x, y), batch_size=7), rel=1e-6)
+    assert evaluate(model, list(loader)) == pytest.approx(evaluate(model, (x, y), batch_size=7), rel=1e-6)
+    # training on a loader: one pass over it is one epoch
+    torch.manual_seed(0)
+    m1 = Trainable()
+    hist = train_darts(m1, loader, DataLoader(TensorDataset(x, y), batch_size=10, shuffle=True), epochs=2)
+    assert hist["steps"] == 2 * len(loader) == len(hist["val_loss"])
+    h = train_network(Trainable(), loader, steps=5)
+    assert len(h["train_loss"]) == 5
+    with pytest.raises(TypeError, match="batch 0"):
+        evaluate(model, [x, y, x])  # a list of three tensors is not a list of (x, y) batches
+    with pytest.raises(TypeError, match="re-iterable"):
+        evaluate(model, iter(loader))
+    with pytest.raises(ValueError, match="empty"):
+        evaluate(model, [])
+
+
+def test_a_diverging_run_raises_instead_of_returning_nan_alpha():
+    torch.manual_seed(0)
+    model = Trainable()
+    with pytest.raises(FloatingPointError, match="diverged at step"):
+        train_darts(model, data(64), data(64, seed=1), steps=30, batch_size=16, w_lr=1e12, grad_clip=None)
+    model = Trainable()
+    with torch.no_grad():
+        model.edge.alpha.fill_(float("nan"))
+    with pytest.raises(ValueError, match="not finite"):
+        train_darts(model, data(64), data(64, seed=1), steps=1)

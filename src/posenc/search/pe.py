@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from posenc._checks import check_divisible, check_positive_int
+from posenc.search.encoding import EncodingBranch, encoding_candidate, grid_positions
 from posenc.search.mixed import MixedOp
 from posenc.search.ops import Zero
 
@@ -46,46 +47,7 @@ _ONE_D = ("alibi", "t5", "learned")
 
 def _grid(rows: int, cols: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Integer ``(row, col)`` indices and patch centres in ``[-1, 1]``, both ``(rows*cols, 2)``."""
-    r, c = torch.meshgrid(torch.arange(rows, device=device), torch.arange(cols, device=device), indexing="ij")
-    index = torch.stack((r, c), -1).reshape(-1, 2)
-    sizes = torch.tensor([rows, cols], device=device, dtype=torch.float32)
-    centre = -1.0 + 2.0 * (index.float() + 0.5) / sizes
-    return index, centre
-
-
-class EncodingBranch(nn.Module):
-    """One absolute encoding of the patch grid, RMS-normalised: ``x (B, N, D) -> (B, N, D)``.
-
-    The output depends on ``x`` only through its shape. Integer grid indices go to
-    encodings whose ``positions_kind`` is ``'index'`` or ``'any'``, patch centres in
-    ``[-1, 1]`` to ``'continuous'`` ones and to CAPE; an encoding that augments per sample
-    (``per_sample_positions``) gets one copy of the grid per example in training mode.
-
-    Args:
-        encoding: an :class:`~posenc.encodings.Encoding` with ``in_dim == 2``, ``out_dim == D``.
-        grid: ``(rows, cols)`` of the patch grid.
-        eps: of the RMS normalisation.
-    """
-
-    def __init__(self, encoding: nn.Module, grid: tuple[int, int], eps: float = 1e-10) -> None:
-        super().__init__()
-        self.encoding, self.grid, self.eps = encoding, tuple(grid), eps
-        kind = getattr(encoding, "positions_kind", "continuous")
-        self.continuous = kind == "continuous" or getattr(encoding, "per_sample_positions", False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        index, centre = _grid(*self.grid, x.device)
-        if x.shape[1] != index.shape[0]:
-            raise ValueError(f"x must have {index.shape[0]} tokens (grid {self.grid}), got {x.shape[1]}")
-        pos = centre.to(x.dtype) if self.continuous else index
-        if getattr(self.encoding, "per_sample_positions", False) and self.training:
-            pos = pos.expand(x.shape[0], *pos.shape)
-        f = self.encoding(pos).to(x.dtype)
-        f = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.eps)
-        return f.expand(x.shape)
-
-    def extra_repr(self) -> str:
-        return f"grid={self.grid}, continuous={self.continuous}"
+    return grid_positions((rows, cols), device)
 
 
 class AttentionBranch(nn.Module):
@@ -156,7 +118,7 @@ class PESearchNet(nn.Module):
                  encoding_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
                  choices: Mapping[str, str] | None = None, seed: int = 0, device=None, dtype=None) -> None:
         super().__init__()
-        from posenc.encodings import available_encodings, create_encoding
+        from posenc.encodings import available_encodings
         from posenc.models.transformer import Block
 
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
@@ -191,19 +153,8 @@ class PESearchNet(nn.Module):
                     raise ValueError(f"choices[{e!r}] must be one of {list(space[e])}, got {op!r}")
 
         def make_encoding(name: str) -> nn.Module:
-            if name == "none":
-                return Zero()
-            kw: dict[str, Any] = {"in_dim": 2, "num_features": dim}
-            if name == "learned_table":
-                kw["grid_size"] = self.grid
-            if name in ("learned_table", "lff", "random", "rff", "coord_mlp", "cape"):
-                kw["seed"] = seed
-            kw.update(enc_kwargs.get(name, {}))
-            try:
-                enc = create_encoding(name, **kw)
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"encodings: {name!r} cannot encode 2D patch positions to dim={dim}: {err}") from None
-            return EncodingBranch(enc, self.grid).to(device=device, dtype=dtype)
+            return encoding_candidate(name, dim, self.grid, seed=seed, **enc_kwargs.get(name, {})).to(
+                device=device, dtype=dtype)
 
         def make_attention(term: str) -> nn.Module:
             return AttentionBranch(term, dim, num_heads, device=device, dtype=dtype)

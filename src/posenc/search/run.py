@@ -1,9 +1,14 @@
 """One search end to end: train a supernet, select an architecture, measure it.
 
 ``selector`` is ``'pt'`` (first-order DARTS, then perturbation-based selection;
-DARTS+PT), ``'pt-fixed'`` (``alpha`` frozen at uniform, then perturbation; "PT with fixed
-alpha") or ``'magnitude'`` (first-order DARTS, then the largest ``alpha``), the three
-selectors compared by DARTS-PT (Wang et al., ICLR 2021, Tables 1-3).
+DARTS+PT), ``'pt-fixed'`` (``alpha`` frozen at its near-uniform initial value, then
+perturbation; "PT with fixed alpha") or ``'magnitude'`` (first-order DARTS, then the largest
+``alpha``), the three selectors compared by DARTS-PT (Wang et al., ICLR 2021, Tables 1-3).
+The selection runs as the authors' code runs it: the accuracy criterion on batches of 64
+with batch statistics, tuning between decisions (:class:`~posenc.search.Finetune`:
+``proj_intv`` epochs, one persistent SGD at a tenth of the supernet's learning rate,
+``alpha`` updated for DARTS+PT), and in a DARTS space one normal and one reduction edge per
+decision, topology selection after the operations, and no ``'none'`` in the derived cell.
 """
 
 from __future__ import annotations
@@ -14,79 +19,163 @@ from typing import Any
 
 from torch import nn
 
-from posenc._checks import check_choice, check_positive_float
-from posenc.search.selection import CRITERIA, magnitude_select, perturbation_select
-from posenc.search.supernet import Data, check_data, evaluate, make_finetune, mixed_ops, train_darts
+from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc.search.batches import Data
+from posenc.search.selection import CRITERIA, Selection, magnitude_select, perturbation_select, topology_select
+from posenc.search.supernet import evaluate, mixed_ops, train_darts
+from posenc.search.tuning import Finetune, tuning_epochs
 
-__all__ = ["SELECTORS", "digits_splits", "run_search"]
+__all__ = ["SELECTORS", "darts_pt", "derive_settings", "digits_splits", "run_search"]
 
 #: Selectors of :func:`run_search` (and ``posenc search --selector``).
 SELECTORS: tuple[str, ...] = ("pt", "pt-fixed", "magnitude")
+_TRAIN_KEYS = ("batch_size", "w_lr", "w_lr_min", "a_lr", "w_optimizer", "w_momentum", "w_weight_decay",
+               "a_weight_decay", "grad_clip", "loss_fn")
+
+
+def derive_settings(model: nn.Module) -> dict[str, Any]:
+    """How a supernet's architecture is derived, read from the model: ``groups`` (edges decided
+    together, e.g. a normal and a reduction edge), ``nodes`` / ``node_groups`` (topology
+    selection of DARTS cells, or None) and ``exclude`` (ops never kept, ``('none',)`` in DARTS
+    cells). A model without ``decision_groups`` / ``node_inputs`` / ``derive_exclude`` gets
+    one group of every edge, no topology selection and no exclusion."""
+    groups = model.decision_groups() if hasattr(model, "decision_groups") else None
+    nodes = model.node_inputs() if hasattr(model, "node_inputs") else None
+    node_groups = model.node_groups() if hasattr(model, "node_groups") else None
+    if nodes is not None and node_groups is not None:
+        live = {n for g in node_groups for n in g}
+        nodes = {n: e for n, e in nodes.items() if n in live} or None
+        node_groups = node_groups if nodes else None
+    exclude = tuple(getattr(model, "derive_exclude", ()))
+    return {"groups": groups, "nodes": nodes, "node_groups": node_groups, "exclude": exclude}
+
+
+def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = False,
+             a_optimizer: Any = None, proj_intv: int = 5, finetune_epochs: float | None = None,
+             criterion: str = "accuracy", seed: int = 0, train_kwargs: Mapping[str, Any] | None = None,
+             progress: Callable[[int, int, dict], None] | None = None) -> tuple[Selection, Selection | None]:
+    """DARTS-PT's selection on a trained supernet, as the authors' code runs it; discretises
+    (and prunes) ``model`` in place.
+
+    Operation selection (:func:`~posenc.search.perturbation_select` over the model's
+    :func:`derive_settings`: one edge of each group per step, ``'none'`` never kept in a DARTS
+    cell), then topology selection where the model has DARTS nodes, with the tuning of
+    :class:`~posenc.search.Finetune` after each step: ``proj_intv`` epochs
+    (:func:`~posenc.search.tuning_epochs`), one persistent SGD at ``w_lr / 10``, and
+    ``alpha`` updated unless ``fixed_alpha``.
+
+    Args:
+        model: a trained supernet.
+        train, val: as in :func:`run_search`.
+        fixed_alpha: the fixed-alpha variant (no ``alpha`` steps while tuning).
+        a_optimizer: the optimizer of ``alpha`` to continue (``train_darts``'s ``"a_optimizer"``).
+        proj_intv, finetune_epochs, criterion, seed, progress: as in :func:`run_search`.
+        train_kwargs: the supernet's :func:`~posenc.search.train_darts` keywords.
+
+    Returns:
+        ``(operation selection, topology selection or None)``.
+    """
+    check_choice("criterion", criterion, CRITERIA)
+    check_positive_int("proj_intv", proj_intv)
+    if finetune_epochs is not None:
+        check_positive_float("finetune_epochs", finetune_epochs, allow_zero=True)
+    kw = dict(train_kwargs or {})
+    edges = mixed_ops(model)
+    how = derive_settings(model)
+    groups = how["groups"] or [list(edges)]
+    op_steps = max(len([e for e in g if edges[e].undecided]) for g in groups)
+    topo_steps = max((len(g) for g in how["node_groups"] or []), default=0)
+    if finetune_epochs is not None:
+        schedule: float | list[int] = finetune_epochs
+    else:
+        schedule = tuning_epochs(max(1, op_steps + topo_steps), proj_intv,
+                                 space="darts" if how["nodes"] else "nb201")
+    bs = kw.get("batch_size", 64)
+    tune = Finetune(train, val, epochs=schedule, lr=kw.get("w_lr", 0.025) / 10,
+                    momentum=kw.get("w_momentum", 0.9), weight_decay=kw.get("w_weight_decay", 3e-4),
+                    grad_clip=kw.get("grad_clip", 5.0), fixed_alpha=fixed_alpha, a_lr=kw.get("a_lr", 3e-4),
+                    a_weight_decay=kw.get("a_weight_decay", 1e-3), a_optimizer=a_optimizer, batch_size=bs,
+                    seed=seed + 1, loss_fn=kw.get("loss_fn"))
+    sel = perturbation_select(model, val, criterion=criterion, finetune=tune, groups=how["groups"], seed=seed,
+                              batch_size=bs, exclude=how["exclude"], loss_fn=kw.get("loss_fn"), progress=progress)
+    topo = None
+    if how["nodes"]:
+        topo = topology_select(model, val, how["nodes"], criterion=criterion, finetune=tune,
+                               groups=how["node_groups"], seed=seed, batch_size=bs, loss_fn=kw.get("loss_fn"))
+    return sel, topo
 
 
 def run_search(model: nn.Module, train: Data, val: Data, *, selector: str = "pt", steps: int | None = None,
-               epochs: float | None = None, finetune_epochs: float = 0.0, criterion: str = "loss", seed: int = 0,
-               train_kwargs: Mapping[str, Any] | None = None,
+               epochs: float | None = None, proj_intv: int = 5, finetune_epochs: float | None = None,
+               criterion: str = "accuracy", seed: int = 0, train_kwargs: Mapping[str, Any] | None = None,
                progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Train ``model`` as a supernet, select with ``selector``, and measure the result.
 
     The model is left discretised to the selected architecture (its weights inherited from
-    the supernet, fine-tuned between decisions when ``finetune_epochs > 0``).
+    the supernet and tuned between decisions).
 
     Args:
         model: a supernet (see :func:`~posenc.search.mixed_ops`), initialised by the caller.
-        train, val: ``(inputs, targets)``: weights train on ``train``; ``alpha`` and the
-            perturbation measurements use ``val``.
+        train, val: ``(inputs, targets)`` pairs or iterables of such batches: weights train
+            on ``train``; ``alpha`` and the perturbation measurements use ``val``.
         selector: one of :data:`SELECTORS`.
         steps / epochs: supernet training length (exactly one).
-        finetune_epochs: weight-only fine-tuning after each perturbation decision (>= 0;
-            magnitude selection makes no sequential decisions and is not fine-tuned).
-        criterion: ``'loss'`` or ``'accuracy'`` (perturbation selectors).
+        proj_intv: tuning epochs between two PT decisions (the authors' 5, scheduled as
+            :func:`~posenc.search.tuning_epochs`).
+        finetune_epochs: instead, this many tuning epochs after every decision (0: none).
+        criterion: ``'accuracy'`` (the authors') or ``'loss'`` (perturbation selectors).
         seed: batch order, edge order and tie breaks.
         train_kwargs: more :func:`~posenc.search.train_darts` keywords (``batch_size``,
-            ``w_lr``, ``a_lr``, ``w_optimizer``, ...).
+            ``w_lr``, ``a_lr``, ``w_optimizer``, ...); the tuning uses ``w_lr / 10`` and the
+            same momentum, weight decay and clipping.
         progress: optional ``progress(stage, done, total)``; stages ``'supernet'`` and
             ``'select'``.
 
     Returns:
-        a JSON-serialisable dict: ``selector``, ``choices``, ``selection`` (the
-        :class:`~posenc.search.Selection` as a dict), ``supernet`` (``train_loss_first`` /
-        ``train_loss_last`` averaged over the first/last 10 % of steps, ``val_loss``,
-        ``val_accuracy``, ``alpha``), ``selected`` (``val_loss``, ``val_accuracy`` of the
-        discretised network) and ``seconds`` (process CPU time per stage).
+        a JSON-serialisable dict: ``selector``, ``choices``, ``pruned``, ``selection`` (the
+        operation :class:`~posenc.search.Selection` as a dict) and ``topology`` (or None),
+        ``supernet`` (``train_loss_first`` / ``train_loss_last`` averaged over the first /
+        last 10 % of steps, ``val_loss``, ``val_accuracy``, ``alpha``), ``selected``
+        (``val_loss``, ``val_accuracy`` of the discretised network) and ``seconds``
+        (process CPU time per stage).
     """
     edges = mixed_ops(model)
     check_choice("selector", selector, SELECTORS)
     check_choice("criterion", criterion, CRITERIA)
-    train = check_data("train", train)
-    val = check_data("val", val)
-    check_positive_float("finetune_epochs", finetune_epochs, allow_zero=True)
+    check_positive_int("proj_intv", proj_intv)
+    if finetune_epochs is not None:
+        check_positive_float("finetune_epochs", finetune_epochs, allow_zero=True)
     kw = dict(train_kwargs or {})
-    for bad in ("steps", "epochs", "fixed_alpha", "progress", "seed"):
+    for bad in ("steps", "epochs", "fixed_alpha", "progress", "seed", "a_optimizer"):
         if bad in kw:
             raise ValueError(f"train_kwargs must not set {bad!r}; it is an argument of run_search")
+    unknown = [k for k in kw if k not in _TRAIN_KEYS]
+    if unknown:
+        raise ValueError(f"train_kwargs: unknown keywords {unknown}; known: {list(_TRAIN_KEYS)}")
     t0 = time.process_time()
 
     def supernet_progress(done: int, total: int, info: dict) -> None:
         if progress is not None:
             progress("supernet", done, total)
 
-    hist = train_darts(model, train, val, steps=steps, epochs=epochs, fixed_alpha=selector == "pt-fixed", seed=seed,
+    fixed = selector == "pt-fixed"
+    hist = train_darts(model, train, val, steps=steps, epochs=epochs, fixed_alpha=fixed, seed=seed,
                        progress=supernet_progress, **kw)
-    val_loss, val_acc = evaluate(model, val)
+    a_opt = hist.pop("a_optimizer", None)
+    bs = kw.get("batch_size", 64)
+    val_loss, val_acc = evaluate(model, val, bs, bn="batch")
     t1 = time.process_time()
+    topo = None
     if selector == "magnitude":
-        sel = magnitude_select(model, seed=seed)
+        how = derive_settings(model)
+        sel = magnitude_select(model, seed=seed, exclude=how["exclude"], nodes=how["nodes"])
         if progress is not None:
             progress("select", len(edges), len(edges))
     else:
-        finetune = None
-        if finetune_epochs > 0:
-            ft_kw = {k: v for k, v in kw.items() if k != "a_lr"}
-            finetune = make_finetune(train, val, epochs=finetune_epochs, fixed_alpha=True, seed=seed + 1, **ft_kw)
-        sel = perturbation_select(model, val, criterion=criterion, finetune=finetune, seed=seed,
-                                  progress=None if progress is None else lambda d, t, r: progress("select", d, t))
-    sel_loss, sel_acc = evaluate(model, val)
+        sel, topo = darts_pt(model, train, val, fixed_alpha=fixed, a_optimizer=a_opt, proj_intv=proj_intv,
+                             finetune_epochs=finetune_epochs, criterion=criterion, seed=seed, train_kwargs=kw,
+                             progress=None if progress is None else lambda d, t, r: progress("select", d, t))
+    sel_loss, sel_acc = evaluate(model, val, bs, bn="batch")
     t2 = time.process_time()
     n = len(hist["train_loss"])
     k = max(1, n // 10)
@@ -94,11 +183,14 @@ def run_search(model: nn.Module, train: Data, val: Data, *, selector: str = "pt"
     def mean(v: list[float]) -> float | None:
         return sum(v) / len(v) if v else None
 
+    pruned = [name for name, e in edges.items() if e.pruned]
     return {
         "selector": selector,
         "criterion": "alpha" if selector == "magnitude" else criterion,
-        "choices": dict(sel.choices),
+        "choices": {name: e.chosen for name, e in edges.items() if not e.pruned},
+        "pruned": pruned,
         "selection": sel.to_dict(),
+        "topology": None if topo is None else topo.to_dict(),
         "supernet": {"steps": hist["steps"], "train_loss_first": mean(hist["train_loss"][:k]),
                      "train_loss_last": mean(hist["train_loss"][-k:]), "val_loss": val_loss,
                      "val_accuracy": val_acc, "alpha": hist["alpha"]},

@@ -8,10 +8,11 @@ from typing import Any
 
 from torch import nn
 
-from posenc._checks import check_choice
+from posenc._checks import check_choice, check_positive_int
 from posenc.search.supernet import search_space
 
 __all__ = [
+    "CONV_SPACES",
     "SPACES",
     "SPACE_TRAINING",
     "STANDALONE_TRAINING",
@@ -20,60 +21,84 @@ __all__ = [
     "enumerate_architectures",
 ]
 
-#: Names of the built-in spaces (``posenc search --space``): the micro NB201 cell (3 edges,
-#: 125 architectures), the NB201 cell (6 edges), the positional-encoding space and the
-#: small DARTS-like cell.
-SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "pe", "darts-micro")
+#: Names of the built-in spaces (``posenc search --space``), all for 8x8 one-channel images:
+#: ``nb201-micro`` (a NAS-Bench-201 cell of 3 edges; 125 architectures), ``nb201`` (the
+#: benchmark's 6-edge cell), ``darts`` (DARTS cells, DARTS-PT's op set), ``s1``-``s4`` (the
+#: RobustDARTS spaces on DARTS cells) and ``pe`` (the positional-encoding space).
+SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "darts", "s1", "s2", "s3", "s4", "pe")
+#: The convolutional spaces (``num_cells`` applies to them).
+CONV_SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "darts", "s1", "s2", "s3", "s4")
 
-#: Supernet training settings (:func:`~posenc.search.train_darts` keywords) that train each
-#: built-in space on 8x8 digits: SGD for the convolutional cells, AdamW for the transformer.
+_DARTS = {"nb201-micro": False, "nb201": False, "darts": True, "s1": True, "s2": True, "s3": True, "s4": True}
+_CONV = {"w_optimizer": "sgd", "w_lr": 0.025, "a_lr": 3e-3, "batch_size": 64}
+
+#: Supernet training settings (:func:`~posenc.search.train_darts` keywords) for the built-in
+#: spaces on 8x8 digits: the authors' SGD (lr 0.025, cosine to 0.001) for the convolutional
+#: cells, AdamW for the transformer. ``alpha``'s Adam runs at 3e-3, ten times DARTS's 3e-4:
+#: an epoch of digits is ~17 steps where an epoch of CIFAR-10 is ~390, and ``alpha`` would
+#: barely move otherwise.
 SPACE_TRAINING: dict[str, dict[str, Any]] = {
-    "nb201-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
-    "nb201": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
-    "darts-micro": {"w_optimizer": "sgd", "w_lr": 0.05, "a_lr": 3e-3, "batch_size": 64},
-    "pe": {"w_optimizer": "adamw", "w_lr": 1e-2, "w_weight_decay": 0.01, "a_lr": 3e-3, "batch_size": 64},
+    **{space: dict(_CONV) for space in CONV_SPACES},
+    "pe": {"w_optimizer": "adamw", "w_lr": 1e-2, "w_lr_min": 0.0, "w_weight_decay": 0.01, "a_lr": 3e-3,
+           "batch_size": 64},
 }
 
 #: The same settings as :func:`~posenc.search.train_network` keywords, for training the
 #: stand-alone architectures of a space (``build_space(name, choices=...)``) alike.
 STANDALONE_TRAINING: dict[str, dict[str, Any]] = {
-    space: {{"w_optimizer": "optimizer", "w_lr": "lr", "w_weight_decay": "weight_decay"}.get(k, k): v
-            for k, v in kw.items() if k != "a_lr"}
+    space: {{"w_optimizer": "optimizer", "w_lr": "lr", "w_lr_min": "lr_min", "w_weight_decay": "weight_decay"}
+            .get(k, k): v for k, v in kw.items() if k != "a_lr"}
     for space, kw in SPACE_TRAINING.items()
 }
 
 
 def build_space(space: str, *, num_classes: int = 10, choices: Mapping[str, str] | None = None,
-                **kwargs: Any) -> nn.Module:
+                num_cells: int | None = None, **kwargs: Any) -> nn.Module:
     """Build a built-in search space for 8x8 one-channel images by name.
 
     Args:
         space: one of :data:`SPACES`.
         num_classes: output logits.
         choices: ``{edge: op}`` for the stand-alone network instead of the supernet.
-        **kwargs: passed to the space's class (``channels``, ``dim``, ``ops``, ...). The
-            convolutional spaces default to ``pool=2`` (a 2x2 pooled map before the
-            classifier): with one cell on 8x8 images, global pooling learns several times
-            slower.
+        num_cells: stacked cells of a convolutional space (default: 1 for the NB201 spaces,
+            3 for the DARTS spaces: a normal and two reduction cells, as DARTS places them).
+        **kwargs: passed to the space's class (``channels``, ``ops``, ``num_nodes``,
+            ``share_alpha``, ...). Defaults at this scale: NB201 cells of 16 channels with a
+            2x2 pooled map before the classifier (with one cell on 8x8 images, global pooling
+            learns several times slower); DARTS cells of 8 channels with 2 intermediate nodes.
 
     Call ``torch.manual_seed`` first for reproducible weights (the modules draw from the
     default generator, as ``torch.nn`` layers do).
     """
     check_choice("space", space, SPACES)
+    if num_cells is not None:
+        check_positive_int("num_cells", num_cells)
+        if space == "pe":
+            raise ValueError("num_cells applies to the convolutional spaces, not 'pe' (use depth=)")
     if space in ("nb201-micro", "nb201"):
         from posenc.search.nb201 import NB201MicroNet
 
         kwargs.setdefault("num_nodes", 3 if space == "nb201-micro" else 4)
         kwargs.setdefault("pool", 2)
-        return NB201MicroNet(num_classes=num_classes, choices=choices, **kwargs)
+        return NB201MicroNet(num_classes=num_classes, choices=choices, num_cells=num_cells or 1, **kwargs)
     if space == "pe":
         from posenc.search.pe import PESearchNet
 
         return PESearchNet(num_classes=num_classes, choices=choices, **kwargs)
-    from posenc.search.darts import DartsMicroNet
+    from posenc.search.darts import DartsNet, robust_darts_ops
 
-    kwargs.setdefault("pool", 2)
-    return DartsMicroNet(num_classes=num_classes, choices=choices, **kwargs)
+    kwargs.setdefault("channels", 8)
+    kwargs.setdefault("num_nodes", 2)
+    kwargs.setdefault("in_channels", 1)
+    if space != "darts" and "ops" not in kwargs:
+        kwargs["ops"] = robust_darts_ops(space, kwargs["num_nodes"])
+    return DartsNet(num_classes=num_classes, choices=choices, num_cells=num_cells or 3, **kwargs)
+
+
+def is_darts_space(space: str) -> bool:
+    """Whether a built-in space is made of DARTS cells (topology selection, ``'none'`` never kept)."""
+    check_choice("space", space, SPACES)
+    return _DARTS.get(space, False)
 
 
 def _space_of(space: nn.Module | Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:

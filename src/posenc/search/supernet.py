@@ -3,32 +3,39 @@
 First-order DARTS (Liu et al., ICLR 2019, Sec. 2.3 with xi = 0): alternate one step of the
 architecture parameters ``alpha`` on a validation batch and one step of the network
 weights on a training batch. ``fixed_alpha=True`` trains the weights only, with ``alpha``
-left at its (uniform) value: the "PT with fixed alpha" supernet of DARTS-PT (Wang et al.,
-ICLR 2021, Sec. 5).
+left at its (near-uniform) initial value: the "PT with fixed alpha" supernet of DARTS-PT
+(Wang et al., ICLR 2021, Sec. 5). The defaults are those of the authors' code
+(ruocwang/darts-pt): weights by SGD (lr 0.025, momentum 0.9, weight decay 3e-4, gradient
+clipping 5) with a per-epoch cosine schedule to 0.001; ``alpha`` by Adam (lr 3e-4, betas
+(0.5, 0.999), weight decay 1e-3); batches of 64.
 
-Data are pairs ``(inputs, targets)`` of tensors with the same first dimension; the loss is
-cross-entropy on class logits unless a ``loss_fn(outputs, targets)`` is given.
+Data are pairs ``(inputs, targets)`` of tensors or any iterable of such batches (a
+``DataLoader``; see :mod:`posenc.search.batches`); the loss is cross-entropy on class
+logits unless a ``loss_fn(outputs, targets)`` is given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc.search.batches import Batches, Data, check_data
 from posenc.search.mixed import MixedOp
 
 __all__ = [
+    "BN_MODES",
     "Data",
     "LossFn",
     "arch_parameters",
+    "batch_statistics",
     "check_data",
     "evaluate",
-    "make_finetune",
     "mixed_ops",
     "search_space",
     "train_darts",
@@ -36,20 +43,25 @@ __all__ = [
     "weight_parameters",
 ]
 
-Data = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Progress = Callable[[int, int, dict[str, float]], None]
+#: How :func:`evaluate` treats BatchNorm: ``'eval'`` (``model.eval()`` as it is: running
+#: statistics where a layer tracks them) or ``'batch'`` (every BatchNorm normalises with the
+#: statistics of the batch, as the authors' code measures perturbations in train mode).
+BN_MODES: tuple[str, ...] = ("eval", "batch")
 
 
 def mixed_ops(model: nn.Module) -> dict[str, MixedOp]:
-    """The mixed edges of ``model`` by qualified module name (the edge names), in module order.
+    """The searchable edges of ``model`` by qualified module name (the edge names), in module
+    order. An edge that shares its architecture with another (``share_with``) is not listed:
+    its leader stands for both.
 
     Raises:
         ValueError: if ``model`` has no :class:`MixedOp`.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    edges = {name: m for name, m in model.named_modules() if isinstance(m, MixedOp)}
+    edges = {name: m for name, m in model.named_modules() if isinstance(m, MixedOp) and m.leader is None}
     if not edges:
         raise ValueError(f"model has no mixed edges (no MixedOp inside {type(model).__name__}): nothing to search")
     return edges
@@ -61,133 +73,269 @@ def search_space(model: nn.Module) -> dict[str, tuple[str, ...]]:
 
 
 def arch_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The ``alpha`` of every mixed edge of ``model``, in edge order."""
+    """The ``alpha`` of every searchable edge of ``model``, in edge order."""
     return [edge.alpha for edge in mixed_ops(model).values()]
 
 
 def weight_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Every parameter of ``model`` that is not an architecture parameter."""
-    arch = {id(p) for p in arch_parameters(model)}
+    arch = {id(m.alpha) for m in model.modules() if isinstance(m, MixedOp)}
     return [p for p in model.parameters() if id(p) not in arch]
-
-
-def check_data(name: str, data: Any) -> Data:
-    """Validate a ``(inputs, targets)`` pair: tensors, same non-zero length."""
-    if not (isinstance(data, (tuple, list)) and len(data) == 2):
-        raise TypeError(f"{name} must be a pair (inputs, targets) of tensors, got {type(data).__name__}")
-    x, y = data
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise TypeError(f"{name} must be a pair (inputs, targets) of tensors, got "
-                        f"({type(x).__name__}, {type(y).__name__})")
-    if x.dim() == 0 or y.dim() == 0 or x.shape[0] != y.shape[0]:
-        raise ValueError(f"{name}: inputs and targets must share their first dimension, got shapes "
-                         f"{tuple(x.shape)} and {tuple(y.shape)}")
-    if x.shape[0] == 0:
-        raise ValueError(f"{name} is empty (0 examples): nothing to train or measure on")
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name}: inputs must be finite")
-    return x, y
 
 
 def _default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(outputs, targets)
 
 
-def _accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+def _correct(outputs: torch.Tensor, targets: torch.Tensor) -> float:
     if outputs.dim() >= 2 and outputs.shape[:1] == targets.shape[:1] and not targets.is_floating_point():
         return float((outputs.argmax(-1) == targets).sum())
     return float("nan")
 
 
-def evaluate(model: nn.Module, data: Data, batch_size: int = 512, *,
-             loss_fn: LossFn | None = None) -> tuple[float, float]:
+@contextlib.contextmanager
+def batch_statistics(model: nn.Module) -> Iterator[nn.Module]:
+    """Context manager: every BatchNorm layer of ``model`` normalises with the statistics of
+    the batch at hand, in eval mode too, and its running statistics are left untouched.
+
+    The authors' code of DARTS-PT measures every perturbation in train mode
+    (``infer(..., eval=False)``), i.e. with batch statistics; this does the same for
+    BatchNorm without switching on dropout or updating running statistics.
+    """
+    saved = []
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+            saved.append((m, m.running_mean, m.running_var))
+            m.running_mean = None
+            m.running_var = None
+    try:
+        yield model
+    finally:
+        for m, mean, var in saved:
+            m.running_mean, m.running_var = mean, var
+
+
+def evaluate(model: nn.Module, data: Data, batch_size: int = 64, *, loss_fn: LossFn | None = None,
+             bn: str = "eval") -> tuple[float, float]:
     """Mean loss and accuracy of ``model`` on ``data``, in fixed batch order.
 
     Runs under ``torch.inference_mode`` with ``model.eval()`` (restored afterwards): dropout
-    is off, and a BatchNorm layer uses its running statistics if it tracks them, otherwise
-    the statistics of each evaluation batch. The search spaces of this package build
-    BatchNorm with ``track_running_stats=False`` (as DARTS supernets do), so supernets are
-    measured with batch statistics, which follow the network when an op is masked.
+    is off. With ``bn='eval'`` a BatchNorm layer uses its running statistics if it tracks
+    them, otherwise the statistics of each batch (the search spaces of this package build
+    BatchNorm with ``track_running_stats=False``, as DARTS supernets do); with
+    ``bn='batch'`` every BatchNorm uses batch statistics (see :func:`batch_statistics`).
 
     Args:
         model: the (super)network, ``inputs -> logits``.
-        data: ``(inputs, targets)``.
-        batch_size: examples per forward pass (with batch statistics, results depend on it).
+        data: ``(inputs, targets)`` or an iterable of such batches.
+        batch_size: examples per forward pass of an in-memory pair (with batch statistics,
+            results depend on it; 64 is the authors' validation batch).
         loss_fn: ``loss_fn(outputs, targets) -> mean loss``; cross-entropy by default.
+        bn: one of :data:`BN_MODES`.
 
     Returns:
         ``(loss, accuracy)``: the example-weighted mean loss and the fraction of correct
         argmax predictions (``nan`` when the targets are not class indices).
     """
-    x, y = check_data("data", data)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    source = Batches("data", data)
     check_positive_int("batch_size", batch_size)
+    check_choice("bn", bn, BN_MODES)
     loss_fn = loss_fn or _default_loss
     was_training = model.training
     model.eval()
-    total_loss, correct, n = 0.0, 0.0, x.shape[0]
+    total_loss, correct, n = 0.0, 0.0, 0
     try:
-        with torch.inference_mode():
-            for start in range(0, n, batch_size):
-                xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+        with torch.inference_mode(), (batch_statistics(model) if bn == "batch" else contextlib.nullcontext()):
+            for xb, yb in source.epoch(batch_size):
                 out = model(xb)
                 total_loss += float(loss_fn(out, yb)) * xb.shape[0]
-                correct += _accuracy(out, yb)
+                correct += _correct(out, yb)
+                n += xb.shape[0]
     finally:
         model.train(was_training)
     return total_loss / n, correct / n
 
 
-def _batches(n: int, batch_size: int, generator: torch.Generator):
-    while True:
-        perm = torch.randperm(n, generator=generator)
-        for start in range(0, n - batch_size + 1 if n >= batch_size else 1, batch_size):
-            yield perm[start:start + batch_size]
+# ---------------------------------------------------------------------- training
+class Loop:
+    """Alternating steps of ``alpha`` (on ``val``) and of the weights (on ``train``).
+
+    The shared engine of :func:`train_darts`, :func:`train_network` and the tuning of
+    :class:`~posenc.search.Finetune`. Internal; its arguments are validated by them.
+    """
+
+    def __init__(self, model: nn.Module, train: Batches, val: Batches | None, *, batch_size: int,
+                 grad_clip: float | None, seed: int, loss_fn: LossFn | None) -> None:
+        self.model, self.train, self.val = model, train, val
+        self.batch_size, self.grad_clip = batch_size, grad_clip
+        self.loss_fn = loss_fn or _default_loss
+        gen = torch.Generator().manual_seed(seed)
+        self.tb = train.stream(batch_size, gen)
+        self.vb = val.stream(batch_size, gen) if val is not None else None
+
+    def run(self, steps: int, w_opt: torch.optim.Optimizer | None, a_opt: torch.optim.Optimizer | None,
+            lr_at: Callable[[int], float] | None, history: dict[str, list], progress: Progress | None) -> None:
+        model = self.model
+        alphas = [p for g in (a_opt.param_groups if a_opt is not None else []) for p in g["params"]]
+        weights = [p for g in (w_opt.param_groups if w_opt is not None else []) for p in g["params"]]
+        arch = list({id(m.alpha): m.alpha for m in model.modules() if isinstance(m, MixedOp)}.values())
+        arch_req = [p.requires_grad for p in arch]
+        was_training = model.training
+        model.train()
+        try:
+            for step in range(steps):
+                info: dict[str, float] = {}
+                if a_opt is not None and self.vb is not None:
+                    xb, yb = next(self.vb)
+                    a_opt.zero_grad(set_to_none=True)
+                    loss = self.loss_fn(model(xb), yb)
+                    self._check(loss, step, "validation (alpha step)")
+                    # gradients of alpha only: the weights' gradients of this pass are never used
+                    live = [p for p in alphas if p.requires_grad]
+                    grads = torch.autograd.grad(loss, live, allow_unused=True) if live else ()
+                    for p, g in zip(live, grads):
+                        p.grad = g
+                    a_opt.step()
+                    if not all(bool(torch.isfinite(p).all()) for p in alphas):
+                        raise FloatingPointError(f"the supernet diverged at step {step + 1}: alpha became non-finite "
+                                                 f"after the alpha step; lower a_lr")
+                    info["val_loss"] = float(loss.detach())
+                    history["val_loss"].append(info["val_loss"])
+                if w_opt is not None:
+                    if lr_at is not None:
+                        lr = lr_at(step)
+                        for group in w_opt.param_groups:
+                            group["lr"] = lr
+                    xb, yb = next(self.tb)
+                    w_opt.zero_grad(set_to_none=True)
+                    for p in arch:  # no gradient of alpha in a weight step
+                        p.grad = None
+                        p.requires_grad_(False)
+                    try:
+                        loss = self.loss_fn(model(xb), yb)
+                        self._check(loss, step, "training (weight step)")
+                        loss.backward()
+                    finally:
+                        for p, req in zip(arch, arch_req):
+                            p.requires_grad_(req)
+                    if self.grad_clip is not None:
+                        nn.utils.clip_grad_norm_(weights, self.grad_clip)
+                    w_opt.step()
+                    info["train_loss"] = float(loss.detach())
+                    history["train_loss"].append(info["train_loss"])
+                if progress is not None:
+                    progress(step + 1, steps, info)
+        finally:
+            for p in alphas:
+                p.grad = None
+            model.train(was_training)
+
+    @staticmethod
+    def _check(loss: torch.Tensor, step: int, what: str) -> None:
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
+        if not bool(torch.isfinite(loss.detach())):
+            raise FloatingPointError(f"the run diverged at step {step + 1}: the {what} loss is {float(loss.detach())}; "
+                                     "lower the learning rates (w_lr, a_lr) or check the data")
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+    return seed
+
+
+def _steps(source: Batches, steps: int | None, epochs: float | None, batch_size: int) -> tuple[int, int]:
+    """``(total steps, steps per epoch)``."""
+    if (steps is None) == (epochs is None):
+        raise ValueError(f"give exactly one of steps and epochs, got steps={steps!r}, epochs={epochs!r}")
+    if epochs is not None:
+        check_positive_float("epochs", epochs, allow_zero=True)
+        per_epoch = source.batches_per_epoch(batch_size)
+        steps = int(round(epochs * per_epoch))
+    else:
+        check_positive_int("steps", steps, minimum=0)
+        try:
+            per_epoch = source.batches_per_epoch(batch_size)
+        except TypeError:
+            per_epoch = max(1, steps)
+    return steps, per_epoch  # type: ignore[return-value]
+
+
+def cosine_lr(lr: float, lr_min: float, steps: int, per_epoch: int) -> Callable[[int], float]:
+    """Per-epoch cosine annealing from ``lr`` to ``lr_min`` (``CosineAnnealingLR`` stepped once
+    per epoch over ``ceil(steps / per_epoch)`` epochs, as the authors' code schedules it)."""
+    epochs = max(1, math.ceil(steps / per_epoch))
+
+    def at(step: int) -> float:
+        e = step // per_epoch
+        return lr_min + 0.5 * (lr - lr_min) * (1 + math.cos(math.pi * e / epochs))
+
+    return at
+
+
+def _w_optimizer(weights: list[nn.Parameter], kind: str, lr: float, momentum: float,
+                 weight_decay: float) -> torch.optim.Optimizer | None:
+    if not weights:
+        return None
+    if kind == "sgd":
+        return torch.optim.SGD(weights, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return torch.optim.AdamW(weights, lr=lr, weight_decay=weight_decay)
 
 
 def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None = None,
-                epochs: float | None = None, batch_size: int = 64, w_lr: float = 0.025,
+                epochs: float | None = None, batch_size: int = 64, w_lr: float = 0.025, w_lr_min: float = 0.001,
                 a_lr: float = 3e-4, w_optimizer: str = "sgd", w_momentum: float = 0.9, w_weight_decay: float = 3e-4,
                 a_weight_decay: float = 1e-3, grad_clip: float | None = 5.0, fixed_alpha: bool = False,
-                seed: int = 0, loss_fn: LossFn | None = None,
+                seed: int = 0, loss_fn: LossFn | None = None, a_optimizer: torch.optim.Optimizer | None = None,
                 progress: Progress | None = None) -> dict[str, Any]:
     """First-order DARTS: weights on ``train``, ``alpha`` on ``val`` (bilevel, alternating).
 
     Each step takes one ``val`` batch for an Adam step of ``alpha`` (betas 0.5, 0.999, as in
     DARTS; skipped with ``fixed_alpha``) then one ``train`` batch for an SGD (or AdamW)
-    step of the weights (cosine learning-rate decay to 0 over the run, gradient clipping).
-    Discretised or pruned edges keep their state; their ``alpha`` gets no gradient.
+    step of the weights (per-epoch cosine decay from ``w_lr`` to ``w_lr_min``, gradient
+    clipping). Discretised or pruned edges keep their state; their ``alpha`` gets no step.
 
     Args:
         model: a supernet (see :func:`mixed_ops`); trained in ``train()`` mode in place.
-        train, val: ``(inputs, targets)`` pairs.
-        steps / epochs: length of the run; give exactly one. An epoch is
-            ``ceil(len(train) / batch_size)`` steps; 0 does nothing.
-        batch_size: examples per step (capped at the split's size).
+        train, val: ``(inputs, targets)`` pairs or iterables of such batches.
+        steps / epochs: length of the run; give exactly one. An epoch is one pass over
+            ``train`` (``ceil(len(train) / batch_size)`` steps); 0 does nothing.
+        batch_size: examples per step of an in-memory pair (64, as the authors' code).
         w_optimizer: ``'sgd'`` (momentum; DARTS) or ``'adamw'`` (transformers).
-        w_lr, w_momentum, w_weight_decay, grad_clip: of the weights' optimizer
-            (``w_momentum`` is SGD's only).
+        w_lr, w_lr_min, w_momentum, w_weight_decay, grad_clip: of the weights' optimizer
+            (``w_momentum`` is SGD's only; ``w_lr_min`` the end of the cosine schedule,
+            0.001 in the authors' code; ``w_lr_min=0`` decays to zero).
         a_lr, a_weight_decay: Adam of ``alpha``.
         fixed_alpha: keep ``alpha`` as it is ("PT with fixed alpha").
         seed: seeds the batch order.
         loss_fn: ``loss_fn(outputs, targets) -> loss``; cross-entropy by default.
+        a_optimizer: an existing optimizer of ``alpha`` to continue (e.g. the one a previous
+            call returned); by default a new Adam.
         progress: optional ``progress(step, total, {"train_loss": ..., "val_loss": ...})``
             called after every step.
 
     Returns:
         ``{"steps", "train_loss": [per step], "val_loss": [per step; empty with fixed_alpha],
-        "alpha": {edge: softmax(alpha) list}}``.
+        "alpha": {edge: softmax(alpha) list}, "a_optimizer": the optimizer of alpha (or
+        None; drop it before serialising the history)}``.
+
+    Raises:
+        FloatingPointError: the run diverged (a non-finite loss or ``alpha``), naming the step.
     """
     edges = mixed_ops(model)
-    val = check_data("val", val)
-    return _fit(model, train, val, edges, steps=steps, epochs=epochs, batch_size=batch_size, w_lr=w_lr, a_lr=a_lr,
-                w_optimizer=w_optimizer, w_momentum=w_momentum, w_weight_decay=w_weight_decay,
-                a_weight_decay=a_weight_decay, grad_clip=grad_clip, fixed_alpha=fixed_alpha, seed=seed,
-                loss_fn=loss_fn, progress=progress)
+    val_b = Batches("val", val)
+    return _fit(model, Batches("train", train), val_b, edges, steps=steps, epochs=epochs, batch_size=batch_size,
+                w_lr=w_lr, w_lr_min=w_lr_min, a_lr=a_lr, w_optimizer=w_optimizer, w_momentum=w_momentum,
+                w_weight_decay=w_weight_decay, a_weight_decay=a_weight_decay, grad_clip=grad_clip,
+                fixed_alpha=fixed_alpha, seed=seed, loss_fn=loss_fn, a_optimizer=a_optimizer, progress=progress)
 
 
 def train_network(model: nn.Module, train: Data, *, steps: int | None = None, epochs: float | None = None,
-                  batch_size: int = 64, lr: float = 0.025, optimizer: str = "sgd", momentum: float = 0.9,
-                  weight_decay: float = 3e-4, grad_clip: float | None = 5.0, seed: int = 0,
+                  batch_size: int = 64, lr: float = 0.025, lr_min: float = 0.001, optimizer: str = "sgd",
+                  momentum: float = 0.9, weight_decay: float = 3e-4, grad_clip: float | None = 5.0, seed: int = 0,
                   loss_fn: LossFn | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Train an ordinary network (e.g. a stand-alone architecture built with ``choices=``) with
     the weight half of :func:`train_darts`: same batches, optimiser, cosine schedule and
@@ -195,127 +343,74 @@ def train_network(model: nn.Module, train: Data, *, steps: int | None = None, ep
 
     Args:
         model: any ``nn.Module`` (mixed edges, if any, keep their ``alpha``).
-        train: ``(inputs, targets)``.
+        train: ``(inputs, targets)`` or an iterable of such batches.
         steps / epochs, batch_size, seed, loss_fn, progress: as in :func:`train_darts`.
-        lr, optimizer, momentum, weight_decay, grad_clip: as ``w_lr``, ``w_optimizer``,
-            ``w_momentum``, ``w_weight_decay``, ``grad_clip`` there.
+        lr, lr_min, optimizer, momentum, weight_decay, grad_clip: as ``w_lr``, ``w_lr_min``,
+            ``w_optimizer``, ``w_momentum``, ``w_weight_decay``, ``grad_clip`` there.
 
     Returns:
         ``{"steps", "train_loss": [per step]}``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    edges = {name: m for name, m in model.named_modules() if isinstance(m, MixedOp)}
-    hist = _fit(model, train, None, edges, steps=steps, epochs=epochs, batch_size=batch_size, w_lr=lr, a_lr=0.0,
-                w_optimizer=optimizer, w_momentum=momentum, w_weight_decay=weight_decay, a_weight_decay=0.0,
-                grad_clip=grad_clip, fixed_alpha=True, seed=seed, loss_fn=loss_fn, progress=progress)
+    edges = {name: m for name, m in model.named_modules() if isinstance(m, MixedOp) and m.leader is None}
+    hist = _fit(model, Batches("train", train), None, edges, steps=steps, epochs=epochs, batch_size=batch_size,
+                w_lr=lr, w_lr_min=lr_min, a_lr=0.0, w_optimizer=optimizer, w_momentum=momentum,
+                w_weight_decay=weight_decay, a_weight_decay=0.0, grad_clip=grad_clip, fixed_alpha=True, seed=seed,
+                loss_fn=loss_fn, a_optimizer=None, progress=progress)
     return {"steps": hist["steps"], "train_loss": hist["train_loss"]}
 
 
-def _fit(model: nn.Module, train: Data, val: Data | None, edges: dict[str, MixedOp], *, steps: int | None,
-         epochs: float | None, batch_size: int, w_lr: float, a_lr: float, w_optimizer: str, w_momentum: float,
-         w_weight_decay: float, a_weight_decay: float, grad_clip: float | None, fixed_alpha: bool, seed: int,
-         loss_fn: LossFn | None, progress: Progress | None) -> dict[str, Any]:
-    train = check_data("train", train)
-    if (steps is None) == (epochs is None):
-        raise ValueError(f"give exactly one of steps and epochs, got steps={steps!r}, epochs={epochs!r}")
+def _fit(model: nn.Module, train: Batches, val: Batches | None, edges: dict[str, MixedOp], *, steps: int | None,
+         epochs: float | None, batch_size: int, w_lr: float, w_lr_min: float, a_lr: float, w_optimizer: str,
+         w_momentum: float, w_weight_decay: float, a_weight_decay: float, grad_clip: float | None,
+         fixed_alpha: bool, seed: int, loss_fn: LossFn | None, a_optimizer: torch.optim.Optimizer | None,
+         progress: Progress | None) -> dict[str, Any]:
     check_positive_int("batch_size", batch_size)
-    n_train = train[0].shape[0]
-    if epochs is not None:
-        check_positive_float("epochs", epochs, allow_zero=True)
-        steps = int(round(epochs * math.ceil(n_train / batch_size)))
-    check_positive_int("steps", steps, minimum=0)
+    total, per_epoch = _steps(train, steps, epochs, batch_size)
     check_positive_float("w_lr", w_lr, allow_zero=True)
+    check_positive_float("w_lr_min", w_lr_min, allow_zero=True)
+    if w_lr_min > w_lr:
+        raise ValueError(f"w_lr_min must not exceed w_lr, got w_lr_min={w_lr_min}, w_lr={w_lr}")
     check_positive_float("a_lr", a_lr, allow_zero=True)
     check_choice("w_optimizer", w_optimizer, ("sgd", "adamw"))
     if grad_clip is not None:
         check_positive_float("grad_clip", grad_clip)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    loss_fn = loss_fn or _default_loss
-    history: dict[str, Any] = {"steps": steps, "train_loss": [], "val_loss": []}
-    alphas = [e.alpha for e in edges.values() if e.chosen is None and not e.pruned]
-    arch = {id(e.alpha) for e in edges.values()}
-    weights = [p for p in model.parameters() if id(p) not in arch]
-    w_opt: torch.optim.Optimizer | None = None
-    if weights and w_optimizer == "sgd":
-        w_opt = torch.optim.SGD(weights, lr=w_lr, momentum=w_momentum, weight_decay=w_weight_decay)
-    elif weights:
-        w_opt = torch.optim.AdamW(weights, lr=w_lr, weight_decay=w_weight_decay)
-    a_opt = (torch.optim.Adam(alphas, lr=a_lr, betas=(0.5, 0.999), weight_decay=a_weight_decay)
-             if alphas and not fixed_alpha else None)
-    gen = torch.Generator().manual_seed(seed)
-    tb = _batches(n_train, min(batch_size, n_train), gen)
-    vb = _batches(val[0].shape[0], min(batch_size, val[0].shape[0]), gen) if val is not None else None
-    was_training = model.training
-    model.train()
-    for p in alphas:
-        p.requires_grad_(not fixed_alpha)
+    _check_seed(seed)
+    if a_optimizer is not None and not isinstance(a_optimizer, torch.optim.Optimizer):
+        raise TypeError(f"a_optimizer must be a torch.optim.Optimizer or None, got {type(a_optimizer).__name__}")
+    for name, e in edges.items():
+        try:
+            e.check_alpha()
+        except ValueError as err:
+            raise ValueError(f"edge {name!r}: {err}") from None
+    history: dict[str, Any] = {"steps": total, "train_loss": [], "val_loss": []}
+    alphas = [e.alpha for e in edges.values() if e.undecided]
+    w_opt = _w_optimizer(weight_parameters(model), w_optimizer, w_lr, w_momentum, w_weight_decay)
+    a_opt = None
+    if alphas and not fixed_alpha:
+        a_opt = a_optimizer or torch.optim.Adam(alphas, lr=a_lr, betas=(0.5, 0.999), weight_decay=a_weight_decay)
+    loop = Loop(model, train, val, batch_size=batch_size, grad_clip=grad_clip, seed=seed, loss_fn=loss_fn)
+    frozen = [p for p in alphas if fixed_alpha]
+    for p in frozen:
+        p.requires_grad_(False)
     try:
-        for step in range(steps):
-            info: dict[str, float] = {}
-            if a_opt is not None and val is not None and vb is not None:
-                idx = next(vb)
-                a_opt.zero_grad(set_to_none=True)
-                loss = loss_fn(model(val[0][idx]), val[1][idx])
-                loss.backward()
-                a_opt.step()
-                info["val_loss"] = float(loss.detach())
-                history["val_loss"].append(info["val_loss"])
-            if w_opt is not None:
-                for group in w_opt.param_groups:
-                    group["lr"] = 0.5 * w_lr * (1 + math.cos(math.pi * step / steps))
-                idx = next(tb)
-                w_opt.zero_grad(set_to_none=True)
-                for p in alphas:
-                    p.grad = None
-                loss = loss_fn(model(train[0][idx]), train[1][idx])
-                loss.backward()
-                if grad_clip is not None:
-                    nn.utils.clip_grad_norm_(weights, grad_clip)
-                w_opt.step()
-                info["train_loss"] = float(loss.detach())
-                history["train_loss"].append(info["train_loss"])
-            if progress is not None:
-                progress(step + 1, steps, info)
+        loop.run(total, w_opt, a_opt, cosine_lr(w_lr, w_lr_min, total, per_epoch), history, progress)
     finally:
-        for p in alphas:
+        for p in frozen:
             p.requires_grad_(True)
-            p.grad = None
-        model.train(was_training)
     history["alpha"] = {name: torch.softmax(e.alpha.detach(), 0).tolist() for name, e in edges.items()}
+    if val is not None:
+        history["a_optimizer"] = a_opt
     return history
-
-
-def make_finetune(train: Data, val: Data, *, epochs: float, **train_kwargs: Any) -> Callable[[nn.Module], None]:
-    """A ``finetune(model)`` callable for :func:`~posenc.search.perturbation_select`: runs
-    :func:`train_darts` for ``epochs`` epochs (0 allowed) after each decision.
-
-    Args:
-        train, val: ``(inputs, targets)`` pairs.
-        epochs: fine-tuning epochs per decision, ``>= 0``.
-        **train_kwargs: passed to :func:`train_darts` (``batch_size``, ``w_lr``,
-            ``fixed_alpha``, ``seed``, ...).
-    """
-    check_positive_float("epochs", epochs, allow_zero=True)
-    check_data("train", train)
-    check_data("val", val)
-    if "steps" in train_kwargs:
-        raise ValueError("make_finetune takes epochs, not steps")
-    calls = [0]
-    base_seed = int(train_kwargs.pop("seed", 0))
-
-    def finetune(model: nn.Module) -> None:
-        calls[0] += 1
-        train_darts(model, train, val, epochs=epochs, seed=base_seed + calls[0], **train_kwargs)
-
-    return finetune
 
 
 def _edge_list(model: nn.Module, names: Sequence[str] | None, *, arg: str) -> list[str]:
     edges = mixed_ops(model)
     if names is None:
         return list(edges)
+    if isinstance(names, str):
+        raise TypeError(f"{arg} must be a sequence of edge names, not a string")
     names = list(names)
     unknown = [n for n in names if n not in edges]
     if unknown:

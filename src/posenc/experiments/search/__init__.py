@@ -1,32 +1,22 @@
 """Reproduction section ``search``: perturbation-based architecture selection (DARTS-PT).
 
-Wang, Cheng, Chen, Tang and Hsieh, "Rethinking Architecture Selection in
-Differentiable NAS" (ICLR 2021) claim that the magnitude of the architecture
-weights α does not measure an operation's contribution to a DARTS supernet, and
-select by perturbation instead: on each edge (in a random order), mask each op
-in turn, keep the one whose removal hurts the supernet's validation loss most,
-discretise, fine-tune, go on. They report that magnitude selection drifts
-towards parameter-free ops (``skip``, ``none``) as the supernet trains, while
-perturbation selection stays good, even with α frozen at uniform.
+Wang, Cheng, Chen, Tang and Hsieh, "Rethinking Architecture Selection in Differentiable NAS"
+(ICLR 2021) claim that the magnitude of the architecture weights α does not measure an
+operation's contribution to a DARTS supernet (magnitude drifts towards parameter-free ops
+such as ``skip`` as the supernet trains), and select by perturbation instead. The section
+tests both halves of that claim on supernets of **stacked** cells (the drift needs depth: a
+single cell, where a skip edge cuts the only convolution on its path, cannot show it):
 
-No NAS benchmark table can be downloaded here, so the ground truth is built:
+* **mechanism** — on the same supernets, magnitude's share of parameter-free ops at the last
+  epoch minus PT's, and the growth of magnitude's share along training;
+* **outcome** — every pick retrained from scratch with one recipe and one initial draw per
+  supernet seed, PT − magnitude stand-alone test accuracy paired per seed (discretised
+  supernets are never compared: PT tunes after its decisions and magnitude does not);
+* **ground truth** where the space can be enumerated: every architecture trained alone.
 
-* a micro search space (a cell of ``nodes`` nodes whose every edge mixes the
-  ``ops``) small enough to train **every** architecture stand-alone on
-  scikit-learn's ``load_digits`` (train / validation / test splits fixed by
-  ``data_seed``), on several seeds (jobs ``gt.*``, one per batch of
-  architectures and seed, so ``--shard i/n`` splits them);
-* supernets (jobs ``super.*``) trained with first-order DARTS (α trained on the
-  validation split, ``darts``) or with α frozen at uniform (``fixed``), one per
-  supernet seed; at several epochs each is copied and its architecture is
-  selected by magnitude and by perturbation (random edge order drawn from the
-  seed); the summary looks up each selection's ground-truth test accuracy and
-  percentile;
-* the positional-encoding search (jobs ``pe.*``): the testbed transformer with a
-  mixed edge over input encodings on a task where position matters; each
-  candidate trained alone is the ground truth.
-
-Run functions are pure: a frozen config in, a JSON-serialisable dict out.
+Spaces (scikit-learn's ``load_digits``, 8×8): NAS-Bench-201-like cells stacked three deep
+with shared α (``nb201``; quick and full), and DARTS cells with normal and reduction cells
+over the RobustDARTS spaces S1–S4 (full). Every job is a pure function of a frozen config.
 """
 
 from __future__ import annotations
@@ -35,92 +25,148 @@ import dataclasses
 
 from posenc.experiments.search._common import (
     MIN_PAIRS,
+    PRUNED,
     SEP,
     SPLITS,
     VARIANTS,
-    arch_of,
-    choices_of,
+    arch_choices,
+    arch_key,
     digits_splits,
-    edge_names,
-    fit,
     plateaued,
-    space_archs,
+    share,
 )
-from posenc.experiments.search.micro import (
-    DigitsCellNet,
+from posenc.experiments.search.stacked import (
+    RETRAIN_SEED,
     GroundTruthConfig,
+    RetrainConfig,
+    SpaceConfig,
     SupernetConfig,
+    retrain,
     run_ground_truth,
     run_supernet,
+    space_archs,
 )
-from posenc.experiments.search.pe import PEAloneConfig, PESearchConfig, pe_archs, pe_edges, run_pe_alone, run_pe_search
 from posenc.experiments.search.summary import (
     PARAM_FREE,
+    PILOT,
     SELECTORS,
-    arch_key,
     compare,
+    detectable,
     ground_truth,
-    micro_claims,
     percentile,
-    selections,
+    pilot_design,
+    seeds_for,
     significance,
     summarize,
-    summarize_micro,
-    summarize_pe,
+    summarize_space,
 )
 
+__all__ = [
+    "FULL",
+    "MIN_PAIRS",
+    "PARAM_FREE",
+    "PILOT",
+    "PROFILES",
+    "PRUNED",
+    "QUICK",
+    "RETRAIN_SEED",
+    "SELECTORS",
+    "SEP",
+    "SPLITS",
+    "VARIANTS",
+    "GroundTruthConfig",
+    "RetrainConfig",
+    "SpaceConfig",
+    "SupernetConfig",
+    "arch_choices",
+    "arch_key",
+    "compare",
+    "detectable",
+    "digits_splits",
+    "ground_truth",
+    "percentile",
+    "pilot_design",
+    "plan",
+    "plateaued",
+    "retrain",
+    "run_ground_truth",
+    "run_supernet",
+    "seeds_for",
+    "share",
+    "significance",
+    "space_archs",
+    "summarize",
+    "summarize_space",
+]
 
-# ------------------------------------------------------------------ plan
-QUICK_GT = GroundTruthConfig()
-QUICK_SUPER = SupernetConfig()
-QUICK_PE_GT = PEAloneConfig()
-QUICK_PE = PESearchConfig()
-FULL_OPS = ("none", "skip", "conv1x1", "conv3x3", "avgpool")
-FULL_GT = GroundTruthConfig(ops=FULL_OPS, epochs=15)
-FULL_SUPER = SupernetConfig(ops=FULL_OPS, epochs=20, checkpoints=(2, 5, 10, 20))
-FULL_PE_ENC = ("none", "sinusoidal", "learned_table", "lff", "cape")
-FULL_PE_ATT = ("plain", "rope_axial")
-FULL_PE_GT = PEAloneConfig(encodings=FULL_PE_ENC, attention=FULL_PE_ATT, epochs=40)
-FULL_PE = PESearchConfig(encodings=FULL_PE_ENC, attention=FULL_PE_ATT, epochs=40)
-#: profile -> (ground-truth seeds, architectures per job, supernet seeds, PE ground-truth seeds, PE search seeds)
-PROFILE_SIZES = {"quick": (1, 9, 4, 1, 2), "full": (3, 25, 20, 3, 10)}
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One space of a profile: the supernet config (seed and variant are set per job), the
+    supernet seeds and variants, and the ground-truth seeds (0: none) with architectures per job."""
+
+    supernet: SupernetConfig
+    seeds: int
+    variants: tuple[str, ...] = VARIANTS
+    gt_seeds: int = 0
+    per_job: int = 8
+
+
+_NB201_Q = SupernetConfig(space="nb201", ops=("skip", "conv3x3"), num_cells=3, num_nodes=3, channels=8, epochs=30,
+                          checkpoints=(5, 10, 20, 30), retrain=RetrainConfig(epochs=15))
+#: the quick profile: three stacked NB201 cells of {skip, conv3x3} (8 architectures, all trained
+#: alone), α trained: magnitude against DARTS+PT on 8 supernet seeds
+QUICK = {"nb201": Profile(_NB201_Q, seeds=8, variants=("darts",), gt_seeds=1, per_job=4)}
+
+_DARTS_F = dict(num_cells=3, num_nodes=2, channels=8, epochs=30, checkpoints=(5, 10, 20, 30),
+                retrain=RetrainConfig(epochs=20))
+#: the full profile: the quick space with α fixed too, more seeds and epochs and a ground truth
+#: on 3 seeds; S1-S4 on DARTS cells (a normal and two reduction cells)
+FULL = {
+    "nb201": Profile(dataclasses.replace(_NB201_Q, epochs=40, checkpoints=(5, 10, 20, 40),
+                                         retrain=RetrainConfig(epochs=30)), seeds=12, gt_seeds=3, per_job=8),
+    **{s: Profile(SupernetConfig(space=s, ops=None, **_DARTS_F), seeds=6) for s in ("s1", "s2", "s3", "s4")},
+}
+PROFILES = {"quick": QUICK, "full": FULL}
 
 
 def plan(profile: str, seeds: int | None = None) -> list:
-    """The jobs of a profile; ``seeds`` sets the number of supernet seeds (micro and PE space).
+    """The jobs of a profile; ``seeds`` sets the number of supernet seeds of every space.
 
-    quick: 27 architectures ({none, skip, conv3x3} on 3 edges) x 1 seed, 10 epochs; 4 supernet
-    seeds per variant, selections at epochs 2, 5, 10; the PE space over 4 encodings (attention
-    plain) trained alone on 1 seed and searched on 2 seeds. full: 125 architectures (5 ops) x 3
-    seeds, 15 epochs; 20 supernet seeds of 20 epochs (selections at 2, 5, 10, 20); the PE space
-    over 5 encodings x {plain, axial RoPE} per block (20 architectures) x 3 seeds, searched on 10.
+    Per space: ``super.<space>.<darts|fixed>.s<seed>`` (a supernet with α trained or fixed,
+    its selections and the retraining of its picks) and, where the space is enumerated,
+    ``gt.<space>.b<k>.s<seed>`` (a batch of architectures trained alone).
     """
     from posenc.experiments.job import Job
 
-    if profile == "quick":
-        gt, sup, pe_gt, pe = QUICK_GT, QUICK_SUPER, QUICK_PE_GT, QUICK_PE
-    elif profile == "full":
-        gt, sup, pe_gt, pe = FULL_GT, FULL_SUPER, FULL_PE_GT, FULL_PE
-    else:
-        raise ValueError(f"profile must be 'quick' or 'full', got {profile!r}")
-    gt_seeds, per_job, n_super, pe_gt_seeds, n_pe = PROFILE_SIZES[profile]
-    if seeds is not None:
-        n_super, n_pe = seeds, seeds
-    archs = space_archs(gt.ops, gt.num_nodes)
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     jobs = []
-    for s in range(gt_seeds):
-        for b in range(0, len(archs), per_job):
-            cfg = dataclasses.replace(gt, archs=tuple(archs[b:b + per_job]), seed=s)
-            jobs.append(Job(f"gt.b{b // per_job}.s{s}", run_ground_truth, cfg, cost=len(cfg.archs) / 9))
-    for s in range(n_super):
-        for v in VARIANTS:
-            jobs.append(Job(f"super.{v}.s{s}", run_supernet, dataclasses.replace(sup, variant=v, seed=s), cost=1.0))
-    for s in range(pe_gt_seeds):
-        for a in pe_archs(pe_gt.encodings, pe_gt.attention, pe_gt.depth):
-            cfg = dataclasses.replace(pe_gt, arch=a, seed=s)
-            jobs.append(Job(f"pe_gt.{a.replace(SEP, '-')}.s{s}", run_pe_alone, cfg, cost=1.0))
-    for s in range(n_pe):
-        for v in VARIANTS:
-            jobs.append(Job(f"pe.{v}.s{s}", run_pe_search, dataclasses.replace(pe, variant=v, seed=s),
-                            cost=3.0 if v == "darts" else 1.5))
+    profiles = PROFILES[profile]
+    cost = {space: 1.0 if space.startswith("nb201") else 5.0 for space in profiles}
+    # the NB201 spaces first (cheap), then the DARTS spaces seed-major, so that a run stopped
+    # early has finished the cheap space and covers every DARTS space on its first seeds
+    groups = [[s for s in profiles if s.startswith("nb201")], [s for s in profiles if not s.startswith("nb201")]]
+    for group in groups:
+        n_max = max((profiles[sp].seeds if seeds is None else seeds for sp in group), default=0)
+        for s in range(n_max):
+            for space in group:
+                prof = profiles[space]
+                if s < (prof.seeds if seeds is None else seeds):
+                    for v in prof.variants:
+                        cfg = dataclasses.replace(prof.supernet, variant=v, seed=s)
+                        jobs.append(Job(f"super.{space}.{v}.s{s}", run_supernet, cfg, cost=cost[space]))
+        for space in group:
+            prof = profiles[space]
+            if not prof.gt_seeds:
+                continue
+            sup = prof.supernet
+            gt = GroundTruthConfig(space=sup.space, ops=sup.ops, num_cells=sup.num_cells, num_nodes=sup.num_nodes,
+                                   channels=sup.channels, data_seed=sup.data_seed, retrain=sup.retrain)
+            _, archs = space_archs(gt)
+            for s in range(prof.gt_seeds):
+                for b in range(0, len(archs), prof.per_job):
+                    cfg = dataclasses.replace(gt, archs=tuple(archs[b:b + prof.per_job]), seed=s)
+                    jobs.append(Job(f"gt.{space}.b{b // prof.per_job}.s{s}", run_ground_truth, cfg,
+                                    cost=0.15 * len(cfg.archs) * cost[space]))
     return jobs

@@ -1,21 +1,23 @@
-"""Shared pieces of the ``search`` section: the digits splits, architecture keys, training loop."""
+"""Shared pieces of the ``search`` section: the digits splits, architecture keys, convergence."""
 
 from __future__ import annotations
 
-import itertools
-import math
+import contextlib
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-
 
 SEP = "|"
+#: the key of a pruned edge in an architecture string
+PRUNED = "-"
 SPLITS = ("train", "val", "test")
 #: the fewest paired seeds a verdict is read from
 MIN_PAIRS = 3
+#: supernet variants: alpha trained (first-order DARTS) or fixed at its initial value
+VARIANTS = ("darts", "fixed")
+
+
 # ------------------------------------------------------------------ data
 def digits_splits(data_seed: int = 0, val_fraction: float = 0.2, test_fraction: float = 0.2,
                   dtype: torch.dtype = torch.float32) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -24,7 +26,7 @@ def digits_splits(data_seed: int = 0, val_fraction: float = 0.2, test_fraction: 
     Args:
         data_seed: seed of the permutation; every job of the section uses the same one,
             so the stand-alone models, the supernets and the selections see the same splits.
-        val_fraction, test_fraction: shares of the 1,797 images (their sum below 1).
+        val_fraction, test_fraction: shares of the 1,797 images (their sum below 0.9).
         dtype: of the images.
 
     Returns:
@@ -47,30 +49,31 @@ def digits_splits(data_seed: int = 0, val_fraction: float = 0.2, test_fraction: 
     idx = {"test": perm[:n_test], "val": perm[n_test:n_test + n_val], "train": perm[n_test + n_val:]}
     return {k: (x[i], y[i]) for k, i in idx.items()}
 
-def edge_names(num_nodes: int) -> list[str]:
-    """Local edge names of the cell in order (``"1<-0", "2<-0", "2<-1"`` for 3 nodes)."""
-    return [f"{j}<-{i}" for j in range(1, num_nodes) for i in range(j)]
+
+# ------------------------------------------------------------------ architectures
+def arch_key(choices: Mapping[str, str], edges: Sequence[str], pruned: Sequence[str] = ()) -> str:
+    """``"op|op|-|op"``: the op of every searchable edge in ``edges`` order (``-``: pruned)."""
+    missing = [e for e in edges if e not in choices and e not in pruned]
+    if missing:
+        raise ValueError(f"choices must decide every edge: missing {missing}")
+    return SEP.join(PRUNED if e in pruned else choices[e] for e in edges)
 
 
-def space_archs(ops: Sequence[str], num_nodes: int) -> list[str]:
-    """Every architecture of the micro space as ``"op|op|op"``, first edge slowest."""
-    return [SEP.join(c) for c in itertools.product(ops, repeat=len(edge_names(num_nodes)))]
-
-
-def choices_of(arch: str, num_nodes: int) -> dict[str, str]:
-    """``"skip|conv3x3|none"`` -> ``{"1<-0": "skip", "2<-0": "conv3x3", "2<-1": "none"}``."""
+def arch_choices(arch: str, edges: Sequence[str]) -> dict[str, str]:
+    """Inverse of :func:`arch_key`: ``{edge: op}`` of the kept edges."""
     ops = arch.split(SEP)
-    names = edge_names(num_nodes)
-    if len(ops) != len(names):
-        raise ValueError(f"arch must name {len(names)} ops, got {arch!r}")
-    return dict(zip(names, ops))
+    if len(ops) != len(edges):
+        raise ValueError(f"arch must name {len(edges)} ops, got {arch!r}")
+    return {e: op for e, op in zip(edges, ops) if op != PRUNED}
 
 
-def arch_of(selection: Mapping[str, str], num_nodes: int, prefix: str = "cell.edges.") -> str:
-    """The ``"op|op|op"`` key of a selection ``{qualified edge name: op}``."""
-    return SEP.join(selection[prefix + e] for e in edge_names(num_nodes))
+def share(arch: str, ops: Sequence[str]) -> float:
+    """Share of the kept edges of ``arch`` whose op is in ``ops``."""
+    kept = [p for p in arch.split(SEP) if p != PRUNED]
+    return sum(p in ops for p in kept) / len(kept) if kept else 0.0
 
 
+# ------------------------------------------------------------------ convergence
 def plateaued(losses: Sequence[float], window: float = 0.25, tol: float = 0.05, atol: float = 0.01) -> bool:
     """Whether a per-epoch loss curve has flattened: the mean of its last ``window`` share of
     epochs is below the mean of the share before it by at most ``tol`` (relative) + ``atol``."""
@@ -81,34 +84,17 @@ def plateaued(losses: Sequence[float], window: float = 0.25, tol: float = 0.05, 
     return before - last <= tol * abs(before) + atol
 
 
-def fit(model: nn.Module, train: tuple[torch.Tensor, torch.Tensor], *, epochs: int, batch_size: int,
-        lr: float, seed: int) -> list[float]:
-    """Train a stand-alone network: Adam, cosine decay to 0, shuffled mini-batches.
-
-    Returns the mean training loss of every epoch.
-    """
-    x, y = train
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    per_epoch = math.ceil(len(y) / batch_size)
-    total, step, curve = epochs * per_epoch, 0, []
-    model.train()
-    for _ in range(epochs):
-        perm = torch.randperm(len(y), generator=gen)
-        acc = 0.0
-        for start in range(0, len(y), batch_size):
-            idx = perm[start:start + batch_size]
-            for group in opt.param_groups:
-                group["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * step / total))
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            step += 1
-            acc += float(loss.detach()) * len(idx)
-        curve.append(acc / len(y))
-    return curve
-
-VARIANTS = ("darts", "fixed")
-def _epoch_means(per_step: Sequence[float], steps_per_epoch: int) -> list[float]:
+def epoch_means(per_step: Sequence[float], steps_per_epoch: int) -> list[float]:
+    """Mean of each epoch's steps."""
     return [statistics.fmean(per_step[i:i + steps_per_epoch]) for i in range(0, len(per_step), steps_per_epoch)]
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch threads (restored afterwards)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

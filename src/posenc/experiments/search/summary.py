@@ -1,4 +1,5 @@
-"""Summary of the ``search`` section: ground-truth lookups, percentiles, paired claims with tests."""
+"""Summary of the ``search`` section: the mechanism and outcome claims of DARTS-PT, paired per
+supernet seed, with tests and the smallest difference the seeds can detect."""
 
 from __future__ import annotations
 
@@ -6,16 +7,19 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from posenc.experiments.search._common import MIN_PAIRS, SEP, VARIANTS
+from posenc.experiments.search._common import MIN_PAIRS, PRUNED, SEP
 from posenc.experiments.stats import NOT_CONFIRMED, mean_std, paired_difference
 
+#: ops without parameters that magnitude selection is said to drift towards
+PARAM_FREE = ("none", "skip", "noise")
+#: selector -> (supernet variant, pick)
+SELECTORS = {"magnitude": ("darts", "magnitude"), "pt": ("darts", "pt"), "pt_fixed": ("fixed", "pt_fixed")}
+#: the paired skip-share difference of a pilot run made before this section existed (3 stacked DARTS-like cells of
+#: {skip, sep_conv_3x3}, 50 epochs, 4 seeds): mean +0.167, 95 % interval [+0.03, +0.30]
+PILOT = {"mean": 0.167, "low": 0.03, "high": 0.30, "n": 4}
 
-# ------------------------------------------------------------------ ground-truth lookups
-def arch_key(choices: Sequence[str]) -> str:
-    """``("skip", "conv3x3")`` -> ``"skip|conv3x3"`` (edge order of the space)."""
-    return SEP.join(choices)
 
-
+# ------------------------------------------------------------------ statistics
 def percentile(value: float, population: Sequence[float]) -> float:
     """Mid-rank percentile of ``value`` among ``population`` (which contains it), in ``[0, 100]``.
 
@@ -32,38 +36,6 @@ def percentile(value: float, population: Sequence[float]) -> float:
     return 100.0 * (below + (equal - 1) / 2.0) / (n - 1)
 
 
-def ground_truth(results: Mapping[str, dict], kind: str = "gt") -> dict[str, dict]:
-    """Per architecture: mean test / validation accuracy over the ground-truth seeds.
-
-    Args:
-        results: every job result of the section (only those with ``result["kind"] == kind``
-            are read); each holds ``{"seed", "archs": [{"arch", "test_acc", "val_acc",
-            "train_acc", "converged"}]}``.
-
-    Returns:
-        ``{arch: {"test": mean, "val": mean, "test_std", "seeds", "converged", "percentile"}}``
-        (percentile of the mean test accuracy among all architectures).
-    """
-    runs: dict[str, list[dict]] = {}
-    for r in results.values():
-        if r.get("kind") != kind:
-            continue
-        for a in r["archs"]:
-            runs.setdefault(a["arch"], []).append(a)
-    table = {}
-    for arch, rs in runs.items():
-        test = mean_std(a["test_acc"] for a in rs)
-        table[arch] = {"test": test["mean"], "test_std": test["std"],
-                       "val": mean_std(a["val_acc"] for a in rs)["mean"],
-                       "train": mean_std(a["train_acc"] for a in rs)["mean"],
-                       "seeds": len(rs), "converged": sum(bool(a["converged"]) for a in rs)}
-    pop = [t["test"] for t in table.values()]
-    for t in table.values():
-        t["percentile"] = percentile(t["test"], pop) if len(pop) > 1 else None
-    return table
-
-
-# ------------------------------------------------------------------ significance
 def significance(diffs: Sequence[float]) -> dict:
     """Two-sided p-values of paired differences: Student t (mean 0) and Wilcoxon signed-rank.
 
@@ -80,19 +52,44 @@ def significance(diffs: Sequence[float]) -> dict:
         out["t_p"] = float(stats.ttest_1samp(d, 0.0).pvalue)
     elif statistics.fmean(d) != 0:
         out["t_p"] = 0.0
-    if any(v != 0 for v in d):
-        out["wilcoxon_p"] = float(stats.wilcoxon(d, zero_method="wilcox").pvalue)
+    out["wilcoxon_p"] = float(stats.wilcoxon(d, zero_method="wilcox").pvalue)
     return out
+
+
+def detectable(sd: float | None, n: int, *, level: float = 0.95, power: float = 0.8) -> float | None:
+    """The smallest true mean difference that ``n`` paired seeds detect with probability
+    ``power`` (two-sided test at ``1 - level``), for differences of standard deviation ``sd``:
+    ``(t_{(1+level)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)``. ``None`` for ``n < 2``."""
+    if n < 2 or sd is None or not math.isfinite(sd):
+        return None
+    from scipy.stats import t
+
+    return float((t.ppf(0.5 + level / 2, n - 1) + t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def seeds_for(effect: float, sd: float, *, level: float = 0.95, power: float = 0.8, most: int = 200) -> int | None:
+    """The fewest paired seeds whose :func:`detectable` difference is at most ``effect``."""
+    if effect <= 0 or sd < 0:
+        raise ValueError(f"effect must be > 0 and sd >= 0, got effect={effect}, sd={sd}")
+    for n in range(2, most + 1):
+        d = detectable(sd, n, level=level, power=power)
+        if d is not None and d <= effect:
+            return n
+    return None
 
 
 def compare(method: Mapping[object, float | None], baseline: Mapping[object, float | None], *,
             direction: str = "greater", margin: float = 0.0) -> dict:
-    """:func:`posenc.experiments.stats.paired_difference` plus :func:`significance` of its differences.
+    """:func:`posenc.experiments.stats.paired_difference`, :func:`significance` of its
+    differences, and the smallest difference the seeds detect (``detectable``, from the
+    differences' spread; ``sd`` is that spread).
 
     With fewer than :data:`MIN_PAIRS` seeds the verdict is "not confirmed at this scale".
     """
     diff = paired_difference(method, baseline, direction=direction, margin=margin)
     diff["test"] = significance(diff["diffs"])
+    diff["sd"] = statistics.stdev(diff["diffs"]) if diff["n"] > 1 else None
+    diff["detectable"] = detectable(diff["sd"], diff["n"])
     if diff["n"] < MIN_PAIRS and diff["verdict"] != NOT_CONFIRMED:
         # two identical picks give a zero-width interval: too few seeds to read a verdict from
         diff["verdict"], diff["holds"] = NOT_CONFIRMED, False
@@ -100,236 +97,151 @@ def compare(method: Mapping[object, float | None], baseline: Mapping[object, flo
     return diff
 
 
-# ------------------------------------------------------------------ summary of the micro space
-#: selector -> (supernet variant, selection method)
-SELECTORS = {"magnitude": ("darts", "magnitude"), "pt": ("darts", "pt"), "pt_fixed": ("fixed", "pt")}
-#: ops without parameters that magnitude selection is said to drift towards
-PARAM_FREE = ("none", "skip")
+def pilot_design(n: int) -> dict:
+    """What ``n`` paired seeds can detect if the share differences spread as in the pilot:
+    the pilot's sd (from its interval), the smallest detectable difference, and the interval
+    an effect of the pilot's size would get."""
+    from scipy.stats import t
+
+    sd = (PILOT["high"] - PILOT["low"]) / 2 / float(t.ppf(0.975, PILOT["n"] - 1)) * math.sqrt(PILOT["n"])
+    half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 else math.inf
+    return {"pilot_sd": sd, "n": n, "detectable": detectable(sd, n), "half_width": half,
+            "pilot_would_hold": PILOT["mean"] - half > 0, "seeds_needed": seeds_for(PILOT["mean"], sd)}
 
 
-def _lookup(gt: Mapping[str, dict], arch: str | None, field: str = "test") -> float | None:
-    row = gt.get(arch) if arch is not None else None
-    return None if row is None else row[field]
+# ------------------------------------------------------------------ ground truth
+def _share(arch: str, ops: Sequence[str] = PARAM_FREE) -> float:
+    kept = [p for p in arch.split(SEP) if p != PRUNED]
+    return sum(p in ops for p in kept) / len(kept) if kept else 0.0
 
 
-def _share(arch: str, ops: Sequence[str]) -> float:
-    parts = arch.split(SEP)
-    return sum(p in ops for p in parts) / len(parts)
-
-
-def selections(results: Mapping[str, dict]) -> dict[str, dict[int, dict[int, str]]]:
-    """``{selector: {seed: {epoch: arch}}}`` from the supernet jobs."""
-    out: dict[str, dict[int, dict[int, str]]] = {s: {} for s in SELECTORS}
+def ground_truth(results: Mapping[str, dict], space: str) -> dict[str, dict]:
+    """Per architecture of ``space``: mean stand-alone test accuracy over the ground-truth
+    seeds, its spread, convergence and percentile."""
+    runs: dict[str, list[dict]] = {}
     for r in results.values():
-        if r.get("kind") != "super":
-            continue
-        for sel, (variant, method) in SELECTORS.items():
-            if r["variant"] != variant:
-                continue
-            out[sel][r["seed"]] = {int(c["epoch"]): c[method] for c in r["checkpoints"]}
-    return out
+        if r.get("kind") == "gt" and r.get("space") == space:
+            for a in r["archs"]:
+                runs.setdefault(a["arch"], []).append(a)
+    table = {}
+    for arch, rs in runs.items():
+        test = mean_std(a["test_acc"] for a in rs)
+        table[arch] = {"test": test["mean"], "test_std": test["std"], "seeds": len(rs),
+                       "converged": sum(bool(a["converged"]) for a in rs)}
+    pop = [t["test"] for t in table.values()]
+    for t in table.values():
+        t["percentile"] = percentile(t["test"], pop) if len(pop) > 1 else None
+    return table
 
 
-def summarize_micro(results: Mapping[str, dict]) -> dict:
-    """Ground truth, the selections' ground-truth accuracy and percentile, the claims."""
-    gt = ground_truth(results)
-    gt_runs = [r for r in results.values() if r.get("kind") == "gt"]
-    supers = [r for r in results.values() if r.get("kind") == "super"]
-    out: dict = {"gt": {}, "selectors": {}, "claims": {}, "edges": {}, "supernets": {}}
-    if not gt:
+# ------------------------------------------------------------------ one space
+def summarize_space(results: Mapping[str, dict], space: str) -> dict:
+    """Supernets, picks, claims (and the ground truth where there is one) of one space."""
+    supers = [r for r in results.values() if r.get("kind") == "super" and r.get("space") == space]
+    out: dict = {"supernets": {}, "selectors": {}, "magnitude_by_epoch": {}, "claims": {}, "gt": {}}
+    if not supers:
         return out
-    tests = [row["test"] for row in gt.values()]
-    best = max(gt, key=lambda a: gt[a]["test"])
-    worst = min(gt, key=lambda a: gt[a]["test"])
-    ranked = sorted(gt, key=lambda a: -gt[a]["test"])
-    space = next(iter(gt_runs))["space"]
-    random_test = statistics.fmean(tests)
-    out["gt"] = {
-        "n_archs": len(gt), "space": space,
-        "seeds": sorted({r["seed"] for r in gt_runs}),
-        "runs": sum(row["seeds"] for row in gt.values()),
-        "converged": sum(row["converged"] for row in gt.values()),
-        "best": {"arch": best, **gt[best]}, "worst": {"arch": worst, **gt[worst]},
-        "random_test": random_test, "tests": sorted(tests),
-        "top": [{"arch": a, **gt[a]} for a in ranked[:8]],
-        "rank": {a: i + 1 for i, a in enumerate(ranked)},
-        "val_test_spearman": _spearman([gt[a]["val"] for a in gt], [gt[a]["test"] for a in gt]),
-        "seed_noise": mean_std(row["test_std"] for row in gt.values() if row["seeds"] > 1),
-    }
-    # the op of each edge in the optimum, and each op's marginal mean over the space
-    edges = space["edges"]
-    best_ops = best.split(SEP)
-    marginal = {}
-    for i, e in enumerate(edges):
-        marginal[e] = {op: statistics.fmean(gt[a]["test"] for a in gt if a.split(SEP)[i] == op)
-                       for op in space["ops"]}
-    out["edges"] = {"best_ops": dict(zip(edges, best_ops)), "marginal": marginal,
-                    "marginal_best": {e: max(m, key=m.get) for e, m in marginal.items()}}
-    sels = selections(results)
-    final: dict[str, dict[int, dict]] = {}
-    for sel, by_seed in sels.items():
-        if not by_seed:
-            continue
-        epochs = sorted({e for ch in by_seed.values() for e in ch})
-        last = {s: ch[max(ch)] for s, ch in by_seed.items()}
-        final[sel] = {s: {"arch": a, "test": _lookup(gt, a), "percentile": _lookup(gt, a, "percentile")}
-                      for s, a in last.items()}
-        by_epoch = {}
-        for e in epochs:
-            archs = [ch[e] for ch in by_seed.values() if e in ch]
-            by_epoch[str(e)] = {
-                "test": mean_std(_lookup(gt, a) for a in archs),
-                "percentile": mean_std(_lookup(gt, a, "percentile") for a in archs),
-                "param_free": mean_std(_share(a, PARAM_FREE) for a in archs),
-                "op_share": {op: statistics.fmean(_share(a, (op,)) for a in archs) for op in space["ops"]},
-            }
-        agree = {}
-        for i, e in enumerate(edges):
-            picks = [a.split(SEP)[i] for a in last.values()]
-            agree[e] = {"optimum": sum(p == best_ops[i] for p in picks) / len(picks),
-                        "marginal": sum(p == out["edges"]["marginal_best"][e] for p in picks) / len(picks)}
-        out["selectors"][sel] = {
-            "seeds": len(last),
-            "test": mean_std(v["test"] for v in final[sel].values()),
-            "percentile": mean_std(v["percentile"] for v in final[sel].values()),
-            "optimum_hits": sum(v["arch"] == best for v in final[sel].values()),
-            "per_seed": {str(s): v for s, v in sorted(final[sel].items())},
-            "by_epoch": by_epoch, "agreement": agree,
-        }
+    out["edges"] = supers[0]["edges"]
+    out["ops"] = sorted({o for r in supers for ops in r["ops"].values() for o in ops})
     for variant in ("darts", "fixed"):
         rs = [r for r in supers if r["variant"] == variant]
-        if rs:
-            out["supernets"][variant] = {
-                "n": len(rs), "converged": sum(bool(r["converged"]) for r in rs),
-                "val_acc": mean_std(r["val_acc"] for r in rs),
-                "train_acc": mean_std(r["train_acc"] for r in rs),
-            }
-    out["claims"] = micro_claims(final, sels, random_test)
-    # the same comparison on the selections taken earlier in supernet training
-    if sels.get("magnitude") and sels.get("pt"):
-        epochs = sorted({e for ch in sels["magnitude"].values() for e in ch})
-        for e in epochs[:-1]:
-            pt = {s: _lookup(gt, ch[e]) for s, ch in sels["pt"].items() if e in ch}
-            mag = {s: _lookup(gt, ch[e]) for s, ch in sels["magnitude"].items() if e in ch}
-            c = compare(pt, mag)
-            c["epoch"] = e
-            out["claims"][f"pt_beats_magnitude_at_epoch_{e}"] = c
-    return out
-
-
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    if len(a) < 3:
-        return None
-    from scipy.stats import spearmanr
-
-    rho = spearmanr(a, b).statistic
-    return None if rho is None or not math.isfinite(float(rho)) else float(rho)
-
-
-def micro_claims(final: Mapping[str, Mapping[int, dict]], sels: Mapping[str, Mapping[int, Mapping[int, str]]],
-                 random_test: float) -> dict:
-    """The paper's claims on the micro space, each a paired per-seed difference with a test.
-
-    * ``pt_beats_magnitude``, ``pt_fixed_beats_magnitude``: ground-truth test accuracy of
-      the selected architecture, method − magnitude, per supernet seed;
-    * ``pt_fixed_vs_pt``: PT with α fixed − PT with α trained (the paper finds fixed α
-      better on NAS-Bench-201);
-    * ``beats_random``: each selector's accuracy − the mean over the space (the expected
-      accuracy of a uniformly random architecture);
-    * ``magnitude_drifts`` / ``pt_stable``: the share of ``none``/``skip`` in magnitude's
-      (PT's) selection at the last checkpoint − at the first; ``drift_gap``: magnitude's
-      drift − PT's drift on the same supernet.
-    """
-    def metric(sel: str, field: str = "test") -> dict[int, float | None]:
-        return {s: v[field] for s, v in final.get(sel, {}).items()}
-
-    claims: dict = {}
-    if "magnitude" in final:
-        for sel in ("pt", "pt_fixed"):
-            if sel in final:
-                c = compare(metric(sel), metric("magnitude"))
-                c["percentile"] = compare(metric(sel, "percentile"), metric("magnitude", "percentile"))
-                claims[f"{sel}_beats_magnitude"] = c
-    if "pt" in final and "pt_fixed" in final:
-        c = compare(metric("pt_fixed"), metric("pt"))
-        c["percentile"] = compare(metric("pt_fixed", "percentile"), metric("pt", "percentile"))
-        claims["pt_fixed_vs_pt"] = c
-    for sel in final:
-        m = metric(sel)
-        claims[f"{sel}_beats_random"] = compare(m, {s: random_test for s in m})
-
-    def drift(sel: str) -> dict[int, float]:
-        """Per seed: share of none/skip at the last checkpoint − at the first."""
-        return {s: _share(ch[max(ch)], PARAM_FREE) - _share(ch[min(ch)], PARAM_FREE)
-                for s, ch in sels.get(sel, {}).items() if len(ch) > 1}
-
-    if any(len(ch) > 1 for ch in sels.get("magnitude", {}).values()):
-        d_mag, d_pt = drift("magnitude"), drift("pt")
-        claims["magnitude_drifts"] = compare(d_mag, {s: 0.0 for s in d_mag})
-        if d_pt:
-            claims["pt_stable"] = compare(d_pt, {s: 0.0 for s in d_pt}, direction="equal", margin=1.0 / 6.0)
-            claims["drift_gap"] = compare(d_mag, d_pt)
-    return claims
-
-
-# ------------------------------------------------------------------ summary of the PE space
-def summarize_pe(results: Mapping[str, dict]) -> dict:
-    """Ground truth of the positional-encoding space and where the searches land in it."""
-    gt = ground_truth(results, kind="pe_gt")
-    runs = [r for r in results.values() if r.get("kind") == "pe_search"]
-    out: dict = {"gt": {}, "selectors": {}, "claims": {}, "supernets": {}}
-    if not gt:
-        return out
-    ranked = sorted(gt, key=lambda a: -gt[a]["test"])
-    best = ranked[0]
-    random_test = statistics.fmean(row["test"] for row in gt.values())
-    out["gt"] = {"table": {a: gt[a] for a in ranked}, "best": best, "random_test": random_test,
-                 "n_archs": len(gt), "runs": sum(row["seeds"] for row in gt.values()),
-                 "converged": sum(row["converged"] for row in gt.values())}
-    final: dict[str, dict[int, dict]] = {}
-    for sel, (variant, method) in SELECTORS.items():
-        picks = {r["seed"]: r[method] for r in runs if r["variant"] == variant and method in r}
-        if not picks:
-            continue
-        final[sel] = {s: {"arch": a, "test": _lookup(gt, a), "percentile": _lookup(gt, a, "percentile")}
-                      for s, a in sorted(picks.items())}
-        counts: dict[str, int] = {}
-        for a in picks.values():
-            counts[a] = counts.get(a, 0) + 1
-        out["selectors"][sel] = {
-            "seeds": len(picks), "picks": counts,
-            "test": mean_std(v["test"] for v in final[sel].values()),
-            "percentile": mean_std(v["percentile"] for v in final[sel].values()),
-            "optimum_hits": sum(a == best for a in picks.values()),
-            "encoding_hits": sum(a.split(SEP)[0] == best.split(SEP)[0] for a in picks.values()),
-            "per_seed": {str(s): v for s, v in final[sel].items()},
-        }
-    for variant in VARIANTS:
-        rs = [r for r in runs if r["variant"] == variant]
         if rs:
             out["supernets"][variant] = {"n": len(rs), "converged": sum(bool(r["converged"]) for r in rs),
                                          "val_acc": mean_std(r["val_acc"] for r in rs),
                                          "train_acc": mean_std(r["train_acc"] for r in rs)}
-    claims: dict = {}
-    if "magnitude" in final:
-        for sel in ("pt", "pt_fixed"):
-            if sel in final:
-                claims[f"{sel}_beats_magnitude"] = compare({s: v["test"] for s, v in final[sel].items()},
-                                                           {s: v["test"] for s, v in final["magnitude"].items()})
-    for sel, per in final.items():
-        m = {s: v["test"] for s, v in per.items()}
-        claims[f"{sel}_beats_random"] = compare(m, {s: random_test for s in m})
-    out["claims"] = claims
+    picks: dict[str, dict[int, str]] = {s: {} for s in SELECTORS}
+    tests: dict[str, dict[int, float | None]] = {s: {} for s in SELECTORS}
+    for r in supers:
+        for sel, (variant, key) in SELECTORS.items():
+            if r["variant"] == variant and key in r["picks"]:
+                picks[sel][r["seed"]] = r["picks"][key]
+                re = r["retrained"].get(key)
+                tests[sel][r["seed"]] = None if re is None else re["test_acc"]
+    darts = [r for r in supers if r["variant"] == "darts"]
+    epochs = sorted({int(e) for r in darts for e in r["magnitude"]})
+    for e in epochs:
+        archs = [r["magnitude"][str(e)]["arch"] for r in darts if str(e) in r["magnitude"]]
+        out["magnitude_by_epoch"][str(e)] = {
+            "param_free": mean_std(_share(a) for a in archs),
+            "op_share": {op: statistics.fmean(_share(a, (op,)) for a in archs) for op in out["ops"]}}
+    gt = ground_truth(results, space)
+    if gt:
+        ranked = sorted(gt, key=lambda a: -gt[a]["test"])
+        out["gt"] = {"n_archs": len(gt), "best": ranked[0], "table": {a: gt[a] for a in ranked},
+                     "random_test": statistics.fmean(g["test"] for g in gt.values()),
+                     "runs": sum(g["seeds"] for g in gt.values()),
+                     "converged": sum(g["converged"] for g in gt.values())}
+    for sel, by_seed in picks.items():
+        if not by_seed:
+            continue
+        counts: dict[str, int] = {}
+        for a in by_seed.values():
+            counts[a] = counts.get(a, 0) + 1
+        row = {"seeds": len(by_seed), "picks": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+               "param_free": mean_std(_share(a) for a in by_seed.values()),
+               "test": mean_std(tests[sel].values()),
+               "per_seed": {str(k): v for k, v in sorted(tests[sel].items())},
+               "per_seed_arch": {str(k): v for k, v in sorted(by_seed.items())},
+               "retrain_converged": sum(bool((r["retrained"].get(SELECTORS[sel][1]) or {}).get("converged"))
+                                        for r in supers if r["variant"] == SELECTORS[sel][0])}
+        if gt:
+            row["gt_test"] = mean_std(gt[a]["test"] for a in by_seed.values() if a in gt)
+            row["gt_percentile"] = mean_std(gt[a]["percentile"] for a in by_seed.values() if a in gt)
+            row["optimum_hits"] = sum(a == out["gt"]["best"] for a in by_seed.values())
+        out["selectors"][sel] = row
+    out["claims"] = space_claims(picks, tests, darts, gt)
+    n = len(picks.get("pt") or picks.get("pt_fixed") or {})
+    out["design"] = pilot_design(n) if n > 1 else None
     return out
 
 
-def summarize(results: Mapping[str, dict]) -> dict:
-    """The section's summary: the micro space and the positional-encoding space.
+def space_claims(picks: Mapping[str, Mapping[int, str]], tests: Mapping[str, Mapping[int, float | None]],
+                 darts: Sequence[dict], gt: Mapping[str, dict]) -> dict:
+    """The claims of one space, each a paired per-seed difference (see :func:`compare`).
 
-    ``claims`` gathers both spaces' claims under ``micro.<name>`` / ``pe.<name>`` (the
-    CLI's one-line verdicts and the README table read that key, as in every section).
+    Mechanism (share of parameter-free ops ``none``/``skip``/``noise`` among the kept edges):
+    ``param_free_gap`` magnitude − PT on the same supernet at the last epoch,
+    ``param_free_gap_fixed`` magnitude − PT with fixed α (same seed), ``magnitude_drift``
+    magnitude at the last checkpoint − at the first. Outcome (stand-alone test accuracy of the
+    picks retrained from scratch with one recipe and one initial draw per seed):
+    ``pt_beats_magnitude``, ``pt_fixed_beats_magnitude``, ``pt_fixed_vs_pt``; with a ground
+    truth, ``<selector>_beats_random`` (its mean over the space).
     """
-    micro, pe = summarize_micro(results), summarize_pe(results)
-    claims = {f"{space}.{k}": v for space, part in (("micro", micro), ("pe", pe))
-              for k, v in part.get("claims", {}).items()}
-    return {"micro": micro, "pe": pe, "claims": claims}
+    claims: dict = {}
+    free = {s: {k: _share(a) for k, a in p.items()} for s, p in picks.items()}
+    if picks.get("magnitude") and picks.get("pt"):
+        claims["param_free_gap"] = compare(free["magnitude"], free["pt"])
+    if picks.get("magnitude") and picks.get("pt_fixed"):
+        claims["param_free_gap_fixed"] = compare(free["magnitude"], free["pt_fixed"])
+    drift = {}
+    for r in darts:
+        e = sorted(int(k) for k in r["magnitude"])
+        if len(e) > 1:
+            drift[r["seed"]] = r["magnitude"][str(e[-1])]["param_free"] - r["magnitude"][str(e[0])]["param_free"]
+    if drift:
+        claims["magnitude_drift"] = compare(drift, {s: 0.0 for s in drift})
+    if tests.get("magnitude") and any(v is not None for v in tests["magnitude"].values()):
+        for sel in ("pt", "pt_fixed"):
+            if tests.get(sel):
+                claims[f"{sel}_beats_magnitude"] = compare(tests[sel], tests["magnitude"])
+    if tests.get("pt") and tests.get("pt_fixed"):
+        claims["pt_fixed_vs_pt"] = compare(tests["pt_fixed"], tests["pt"])
+    if gt:
+        random_test = statistics.fmean(g["test"] for g in gt.values())
+        for sel, p in picks.items():
+            m = {s: gt[a]["test"] for s, a in p.items() if a in gt}
+            if m:
+                claims[f"{sel}_beats_random"] = compare(m, {s: random_test for s in m})
+    return claims
+
+
+def summarize(results: Mapping[str, dict]) -> dict:
+    """The section's summary: one entry per space, and every claim under ``<space>.<claim>``
+    (the CLI's one-line verdicts and the README table read ``claims``, as in every section)."""
+    spaces = sorted({r["space"] for r in results.values() if r.get("kind") in ("super", "gt")})
+    per = {space: summarize_space(results, space) for space in spaces}
+    claims = {f"{space}.{k}": v for space, part in per.items() for k, v in part.get("claims", {}).items()}
+    n = max((part["selectors"].get("pt", {}).get("seeds", 0) for part in per.values()), default=0)
+    cpu = [r["cpu_s"] for r in results.values() if r.get("kind") in ("super", "gt") and "cpu_s" in r]
+    return {"spaces": per, "claims": claims, "design": pilot_design(n) if n > 1 else None,
+            "cpu_s": sum(cpu) if cpu else None, "jobs": len(cpu)}
