@@ -3,7 +3,9 @@
 1. Augmentation + embedding per forward pass (training mode, 4,096 tokens x batch
    32, width 128, float32) as a ratio to plain sinusoids on the same positions:
    1D (text preset) against :class:`posenc.encodings.SinusoidalEncoding`; 2D (vision
-   preset, patch centres of a 64 x 64 grid) against CAPE's own isotropic sinusoids
+   preset, the authors' convention on their ``linspace(-1, 1, 64)`` grid of 64 x 64
+   patches: uniform scale, patch width measured by ``grid_cell``, the float32 phase
+   check) against CAPE's own isotropic sinusoids
    without augmentation (evaluation mode: the same features, nothing drawn) and
    against the per-axis :class:`~posenc.encodings.SinusoidalEncoding`. The cases
    are timed round-robin in one process, so the ratios are side by side even on a
@@ -56,7 +58,7 @@ def bench_embedding(batch: int, n: int, dim: int, repeat: int) -> dict:
     """CAPE (augmentation + embedding) vs plain sinusoids on the same positions, 1D and 2D."""
     side = int(round(n**0.5))
     pos1 = torch.arange(n, dtype=torch.float32)[:, None].expand(batch, n, 1)
-    pos2 = patch_positions(side, side, "continuous").expand(batch, side * side, 2)
+    pos2 = patch_positions(side, side, "continuous", endpoint=True).expand(batch, side * side, 2)
     sin1, sin2 = SinusoidalEncoding(in_dim=1, num_features=dim), SinusoidalEncoding(in_dim=2, num_features=dim)
     cape1 = CAPEEncoding(in_dim=1, num_features=dim, preset="text").train()
     cape2 = CAPEEncoding(in_dim=2, num_features=dim, preset="vision").train()

@@ -765,3 +765,60 @@ def test_search_constructors_on_bad_arguments(name, channels, stride, alpha_std)
     else:
         assert alpha_std in (1e-3, 0.0)
 # =========================================================================== end of search (#20)
+
+
+# =========================================================================== CAPE (issue #23 §5)
+# CAPE's augmentation and encoding on fuzzed limits and positions: a clean error naming the
+# argument, or finite output of the right shape; huge finite limits (1e300) must never turn
+# into NaN/inf features. Appended by the CAPE work; keep this section at the end of the file.
+from posenc.encodings import CAPEEncoding  # noqa: E402
+from posenc.positions import cape_augment, grid_cell  # noqa: E402
+
+CAPE_LIMITS = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, -1.0, 0.0, 1e300, 1e16, 1e15, "x", True,
+                                         None]), st.floats(0.0, 1e6, allow_nan=False))
+CAPE_ARGS = ("positions", "max_global_shift", "max_local_shift", "max_global_scaling", "min_global_scaling",
+             "scaling_distribution", "spacing", "base", "freq_scale", "convention", "num_features")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(x=tensors(max_dims=3, max_side=4), shift=CAPE_LIMITS, local=CAPE_LIMITS, scale=CAPE_LIMITS,
+       low=st.sampled_from([None, 0.7, 1.0, 1.5, 0.0, math.nan]), dist=st.sampled_from(["uniform", "log_uniform",
+                                                                                      "normal"]),
+       spacing=st.sampled_from([1.0, 0.25, 1e300, -1.0, 0.0]))
+def test_cape_augment_fuzz(x, shift, local, scale, low, dist, spacing):
+    kw = {"max_global_shift": shift, "max_local_shift": local, "max_global_scaling": scale}
+    kw = {k: v for k, v in kw.items() if v is not None}
+    out = check_contract(lambda: cape_augment(x, min_global_scaling=low, scaling_distribution=dist, spacing=spacing,
+                                              generator=torch.Generator().manual_seed(0), **kw),
+                         CAPE_ARGS, inputs_ok=True)
+    if out is not None:
+        assert out.shape == x.shape and out.dtype == x.dtype
+        assert is_clean_finite(x) and x.dim() >= 2
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(in_dim=st.sampled_from([1, 2]), shift=CAPE_LIMITS, base=st.sampled_from([None, 1e300, 1e15, 10.0, 1.0, 0.5]),
+       freq_scale=st.sampled_from([None, 1e15, 1e16, 1.0, -1.0]), scale=st.sampled_from([None, 1.0, 1.4, 1e15, 1e300]),
+       convention=st.sampled_from(["authors", "text", "paper"]), width=st.sampled_from([6, 8, 16]),
+       train=st.booleans(), magnitude=st.sampled_from([1.0, 1e10, 1e20, 1e30, 1e38]))
+def test_cape_encoding_fuzz(in_dim, shift, base, freq_scale, scale, convention, width, train, magnitude):
+    kw = {"max_global_shift": shift, "base": base, "freq_scale": freq_scale, "max_global_scaling": scale}
+    kw = {k: v for k, v in kw.items() if v is not None}
+    try:
+        enc = CAPEEncoding(in_dim=in_dim, num_features=width, convention=convention, seed=0, **kw)
+    except (ValueError, TypeError) as err:
+        assert any(n in str(err) for n in CAPE_ARGS), str(err)
+        return
+    enc.train(train)
+    x = (torch.rand(2, 5, in_dim, generator=torch.Generator().manual_seed(1)) * 2 - 1) * magnitude
+    out = check_contract(lambda: enc(x), CAPE_ARGS, inputs_ok=True)
+    if out is not None:
+        assert out.shape == (2, 5, width)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(x=tensors(max_dims=3, max_side=4, dtypes=FLOATS), endpoint=st.booleans())
+def test_grid_cell_fuzz(x, endpoint):
+    out = check_contract(lambda: grid_cell(x, endpoint=endpoint), ("positions",), inputs_ok=True)
+    if out is not None:
+        assert out.shape == (*x.shape[:-2], 1, x.shape[-1]) and bool((out > 0).all())

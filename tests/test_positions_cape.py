@@ -7,7 +7,7 @@ import torch
 from scipy import stats
 
 from posenc.models import patch_positions
-from posenc.positions import cape_augment, grid_spacing
+from posenc.positions import LIMIT_MAX, cape_augment, grid_cell, grid_spacing
 
 
 def reference_augment(x, mask, dmax, emax, lmax, center, spacing, gen):
@@ -85,6 +85,37 @@ def test_scaling_is_log_uniform_and_shared_by_axes():
     # the test can fail: a lambda uniform on [1/1.4, 1.4] (gcambara's CAPE2d code, the
     # authors' ViT code) is a different distribution and is rejected at this size
     assert _ks(lam, "uniform", (1 / 1.4, 1.4 - 1 / 1.4)) < 1e-6
+
+
+def test_scaling_uniform_on_a_range():
+    # the authors' 2D code: lambda = 0.7 + 0.7 u, uniform on [0.7, 1.4]
+    gen = torch.Generator().manual_seed(2)
+    out = cape_augment(torch.ones(20000, 3, 2), max_global_scaling=1.4, min_global_scaling=0.7,
+                       scaling_distribution="uniform", generator=gen)
+    assert torch.equal(out, out[:, :1, :1].expand_as(out))
+    lam = out[:, 0, 0]
+    assert float(lam.min()) >= 0.7 and float(lam.max()) <= 1.4
+    assert _ks(lam, "uniform", (0.7, 0.7)) > 1e-3
+    assert _ks(lam, "uniform", (1 / 1.4, 1.4 - 1 / 1.4)) < 1e-6  # [1/1.4, 1.4] is rejected at this size
+    # the same draw u maps to 0.7 + 0.7 u: replayed from the generator
+    g = torch.Generator().manual_seed(3)
+    torch.rand((5, 1, 2), generator=g, dtype=torch.float64)  # global shift, then local shift, then the scale
+    torch.rand((5, 2, 2), generator=g, dtype=torch.float64)
+    u = torch.rand((5, 1, 1), generator=g, dtype=torch.float64)
+    got = cape_augment(torch.ones(5, 2, 2, dtype=torch.float64), max_global_scaling=1.4, min_global_scaling=0.7,
+                       scaling_distribution="uniform", generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(got[:, :1, :1], 0.7 + 0.7 * u, rtol=0, atol=1e-12)
+
+
+def test_scaling_log_uniform_on_an_asymmetric_range():
+    gen = torch.Generator().manual_seed(4)
+    out = cape_augment(torch.ones(20000, 1, 1), max_global_scaling=2.0, min_global_scaling=0.9, generator=gen)
+    assert _ks(out[:, 0, 0].log(), "uniform", (math.log(0.9), math.log(2.0) - math.log(0.9))) > 1e-3
+    # the default minimum 1/max gives the symmetric draw, bit for bit
+    a = cape_augment(torch.ones(7, 3, 1), max_global_scaling=1.3, generator=torch.Generator().manual_seed(1))
+    b = cape_augment(torch.ones(7, 3, 1), max_global_scaling=1.3, min_global_scaling=None,
+                     generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)
 
 
 def test_order_shift_then_scale():
@@ -214,6 +245,15 @@ def test_float64_end_to_end():
         (dict(key_padding_mask=torch.tensor([[True] * 4, [False] * 4])), ValueError, "pads every token"),
         (dict(key_padding_mask=[[False] * 4] * 2), TypeError, "key_padding_mask"),
         (dict(generator=1), TypeError, "generator"),
+        (dict(min_global_scaling=1.2), ValueError, "min_global_scaling"),
+        (dict(min_global_scaling=-0.5), ValueError, "min_global_scaling"),
+        (dict(min_global_scaling=1e-300), ValueError, "min_global_scaling"),
+        (dict(scaling_distribution="gaussian"), ValueError, "scaling_distribution"),
+        # issue #23 section 5: finite but beyond float32: NaN/inf before, refused now
+        (dict(max_global_shift=1e300), ValueError, "max_global_shift must be <= 1e"),
+        (dict(max_local_shift=1e300), ValueError, "max_local_shift must be <= 1e"),
+        (dict(max_global_scaling=1e300), ValueError, "max_global_scaling must be <= 1e"),
+        (dict(spacing=1e300), ValueError, "spacing must be <= 1e"),
     ],
 )
 def test_bad_input(kwargs, exc, match):
@@ -255,3 +295,37 @@ def test_grid_spacing_of_expanded_positions_equals_the_copy():
     assert out.shape == (4, 2, 1, 2)
     torch.testing.assert_close(out, grid_spacing(shared.contiguous()))
     torch.testing.assert_close(out[0, 0, 0], torch.tensor([2 / 3, 2 / 5]))
+
+
+def test_largest_limits_stay_finite_or_are_refused():
+    x = torch.randn(3, 4, 2)
+    out = cape_augment(x, max_global_shift=LIMIT_MAX, max_local_shift=1.0, max_global_scaling=LIMIT_MAX,
+                       generator=torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(out).all())
+    # limits that overflow float32 only together (local shift 1e15 patch widths of 1e15, scaled by 1e15)
+    with pytest.raises(ValueError, match="positions overflow torch.float32 once augmented"):
+        cape_augment(x, max_local_shift=LIMIT_MAX, spacing=LIMIT_MAX, max_global_scaling=LIMIT_MAX,
+                     generator=torch.Generator().manual_seed(0))
+    # float64 positions are augmented in float64: no overflow there
+    out = cape_augment(x.double(), max_local_shift=LIMIT_MAX, spacing=LIMIT_MAX, max_global_scaling=LIMIT_MAX,
+                       generator=torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(out).all())
+    with pytest.raises(ValueError, match="positions overflow"):
+        cape_augment(torch.full((10, 2, 1), 3e38), max_global_scaling=LIMIT_MAX,
+                     generator=torch.Generator().manual_seed(0))
+
+
+def test_grid_cell():
+    for n in (2, 3, 7):
+        lin = patch_positions(n, n, "continuous", endpoint=True, dtype=torch.float64)[None]
+        cen = patch_positions(n, n, "continuous", dtype=torch.float64)[None]
+        want = torch.full((1, 1, 2), 2 / n, dtype=torch.float64)
+        torch.testing.assert_close(grid_cell(lin, endpoint=True), want)   # width 2/n, not the spacing 2/(n-1)
+        torch.testing.assert_close(grid_cell(cen), want)
+        torch.testing.assert_close(grid_spacing(lin), torch.full((1, 1, 2), 2 / (n - 1), dtype=torch.float64))
+    one = patch_positions(1, 4, "continuous", endpoint=True)[None]
+    torch.testing.assert_close(grid_cell(one, endpoint=True), torch.tensor([[[2.0, 0.5]]]))
+    shared = patch_positions(3, 5, "continuous", endpoint=True).expand(4, 15, 2)
+    torch.testing.assert_close(grid_cell(shared, endpoint=True), grid_cell(shared.contiguous(), endpoint=True))
+    with pytest.raises(TypeError, match="endpoint"):
+        grid_cell(one, endpoint="yes")

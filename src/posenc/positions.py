@@ -6,8 +6,9 @@ default here (``endpoint=False``); ``endpoint=True`` gives ``linspace(low, high,
 
 :func:`cape_augment` is CAPE's augmentation of continuous positions (global
 shift, local shift, global scaling; Likhomanenko et al., NeurIPS 2021);
-:func:`grid_spacing` measures the spacing of a grid of positions (the unit of
-CAPE's local shift in 2D).
+:func:`grid_spacing` measures the spacing of a grid of positions and
+:func:`grid_cell` the width of one of its cells (the unit of CAPE's local shift
+in 2D).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from collections.abc import Sequence
 import torch
 
 from posenc._checks import (
+    WIDTH_MAX,
     _compiling,
     check_domain,
+    check_has_data,
     check_finite,
     check_floating,
     check_positive_int,
@@ -100,13 +103,50 @@ def subsample_mask(shape: Sequence[int], stride: int = 2, device: torch.device |
 
 
 # --------------------------------------------------------------------------- CAPE
-def _check_limit(name: str, value: object, minimum: float = 0.0) -> float:
+#: Largest CAPE limit (shift, scale, spacing) accepted. The augmentation runs in at least
+#: float32: a shift of 1e300 overflows it to inf, and the embedding turns that into NaN.
+#: Within ``[0, LIMIT_MAX]`` the limits cannot overflow float32 by themselves (the same
+#: bound as the encodings' widths, :data:`posenc._checks.WIDTH_MAX`); positions times
+#: frequencies that still overflow are refused where the phase is formed.
+LIMIT_MAX = WIDTH_MAX
+
+#: How the global scale is drawn (``scaling_distribution``).
+SCALING_DISTRIBUTIONS = ("log_uniform", "uniform")
+
+
+def _check_limit(name: str, value: object, minimum: float = 0.0, maximum: float = LIMIT_MAX) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
     value = float(value)
     if not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name} must be finite and >= {minimum:g}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum:g} (beyond it float32 arithmetic overflows), got {value:g}")
     return value
+
+
+def check_scaling_range(max_global_scaling: object, min_global_scaling: object = None,
+                        scaling_distribution: object = "log_uniform") -> tuple[float, float, str]:
+    """Validate CAPE's global-scale range: ``(min, max, distribution)``.
+
+    ``max_global_scaling`` in ``[1, LIMIT_MAX]``; ``min_global_scaling`` in
+    ``(0, 1]`` (default ``1 / max_global_scaling``); ``scaling_distribution`` one of
+    :data:`SCALING_DISTRIBUTIONS`.
+    """
+    hi = _check_limit("max_global_scaling", max_global_scaling, minimum=1.0)
+    if min_global_scaling is None:
+        lo = 1.0 / hi
+    else:
+        if isinstance(min_global_scaling, bool) or not isinstance(min_global_scaling, (int, float)):
+            raise TypeError(f"min_global_scaling must be a number, got {type(min_global_scaling).__name__} "
+                            f"({min_global_scaling!r})")
+        lo = float(min_global_scaling)
+        if not 1.0 / LIMIT_MAX <= lo <= 1.0:  # also refuses NaN
+            raise ValueError(f"min_global_scaling must be in [{1.0 / LIMIT_MAX:g}, 1], got {lo:g}")
+    if scaling_distribution not in SCALING_DISTRIBUTIONS:
+        raise ValueError(f"scaling_distribution must be one of {', '.join(map(repr, SCALING_DISTRIBUTIONS))}; "
+                         f"got {scaling_distribution!r}")
+    return lo, hi, str(scaling_distribution)
 
 
 def check_key_padding_mask(mask: object, batch_shape: tuple[int, ...]) -> torch.Tensor:
@@ -176,6 +216,8 @@ def cape_augment(
     spacing: float | Sequence[float] | torch.Tensor = 1.0,
     key_padding_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    min_global_scaling: float | None = None,
+    scaling_distribution: str = "log_uniform",
 ) -> torch.Tensor:
     """CAPE's augmentation of continuous positions (Likhomanenko et al., NeurIPS 2021, Sec. 3).
 
@@ -187,13 +229,16 @@ def cape_augment(
     2. global shift ``x <- x + Delta``, ``Delta ~ U[-max_global_shift, max_global_shift]``,
        one draw per sample and axis;
     3. local shift ``x_i <- x_i + eps_i``, ``eps_i ~ U[-max_local_shift, max_local_shift] * spacing``,
-       one draw per token and axis (``spacing``: the distance between neighbouring
-       tokens, e.g. the patch spacing ``2 / n`` of ``n`` patch centres on ``[-1, 1]``);
-    4. global scaling ``x <- lambda * x``, ``log lambda ~ U[-log max_global_scaling,
-       log max_global_scaling]``, one draw per sample shared by all axes.
+       one draw per token and axis (``spacing``: the unit, e.g. the patch width ``2 / n``
+       of ``n`` patches on ``[-1, 1]``, so that ``max_local_shift = 0.5`` gives ``+-1/n``);
+    4. global scaling ``x <- lambda * x``, one draw per sample shared by all axes:
+       ``log lambda ~ U[log min, log max]`` (``"log_uniform"``, the paper's text and the
+       authors' 1D code) or ``lambda ~ U[min, max]`` (``"uniform"``, the authors' 2D code,
+       ``U[0.7, 1.4]``), with ``min = min_global_scaling`` (default ``1 / max``) and
+       ``max = max_global_scaling``.
 
     The three draws are always made, in that order (``Delta``, then ``eps``, then
-    ``log lambda``) and whatever the limits, so switching one augmentation off does
+    the scale) and whatever the limits, so switching one augmentation off does
     not change the others' draws. They are made on the positions' device, from
     ``generator`` when given (it must live on that device), otherwise from torch's
     default generator of that device. The arithmetic runs in at least float32 and
@@ -202,22 +247,29 @@ def cape_augment(
 
     Args:
         positions: ``(..., N, D)`` floating-point positions, finite.
-        max_global_shift: ``>= 0``, in the positions' units.
-        max_local_shift: ``>= 0``, in units of ``spacing``.
-        max_global_scaling: ``>= 1`` (1: no scaling).
+        max_global_shift: in ``[0, LIMIT_MAX]``, in the positions' units.
+        max_local_shift: in ``[0, LIMIT_MAX]``, in units of ``spacing``.
+        max_global_scaling: in ``[1, LIMIT_MAX]`` (1 with the default minimum: no scaling).
         mean_center: subtract each sample's mean position first.
         spacing: unit of the local shift: a number, ``D`` numbers (one per axis), or a
             tensor broadcastable to ``(..., 1, D)`` (e.g. one spacing per sample).
         key_padding_mask: ``(..., N)`` bool, ``True`` at padding; no sample may be all padding.
         generator: a ``torch.Generator`` on the positions' device, or ``None``.
+        min_global_scaling: smallest scale, in ``[1/LIMIT_MAX, 1]``; default ``1 / max_global_scaling``.
+        scaling_distribution: ``"log_uniform"`` or ``"uniform"``.
 
     Returns:
         The augmented positions, same shape and dtype as ``positions``.
+
+    Raises:
+        ValueError: a limit out of range, or augmented positions that overflow the
+            working precision (finite positions near the float32 range times a large scale).
     """
     out = cape_augment_work(
         positions, max_global_shift=max_global_shift, max_local_shift=max_local_shift,
         max_global_scaling=max_global_scaling, mean_center=mean_center, spacing=spacing,
         key_padding_mask=key_padding_mask, generator=generator, augment=True,
+        min_global_scaling=min_global_scaling, scaling_distribution=scaling_distribution,
     )
     return out.to(positions.dtype)
 
@@ -233,6 +285,8 @@ def cape_augment_work(
     key_padding_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     augment: bool = True,
+    min_global_scaling: float | None = None,
+    scaling_distribution: str = "log_uniform",
 ) -> torch.Tensor:
     """:func:`cape_augment` returning its working precision (at least float32).
 
@@ -247,7 +301,7 @@ def cape_augment_work(
     gen = check_generator(generator, positions.device)
     shift = _check_limit("max_global_shift", max_global_shift)
     local = _check_limit("max_local_shift", max_local_shift)
-    scaling = _check_limit("max_global_scaling", max_global_scaling, minimum=1.0)
+    lo, hi, dist = check_scaling_range(max_global_scaling, min_global_scaling, scaling_distribution)
     if not isinstance(mean_center, bool):
         raise TypeError(f"mean_center must be a bool, got {type(mean_center).__name__}")
     check_finite("positions", positions)
@@ -270,11 +324,57 @@ def cape_augment_work(
         kw = {"generator": gen, "device": x.device, "dtype": work_dtype}
         delta = (2.0 * torch.rand((*batch, 1, d), **kw) - 1.0) * shift
         eps = (2.0 * torch.rand((*batch, n, d), **kw) - 1.0) * local
-        log_lam = (2.0 * torch.rand((*batch, 1, 1), **kw) - 1.0) * math.log(scaling)
-        x = (x + delta + eps * step) * torch.exp(log_lam)
+        u = 2.0 * torch.rand((*batch, 1, 1), **kw) - 1.0  # in [-1, 1): the scale's draw
+        if dist == "uniform":
+            lam = (lo + hi) / 2.0 + u * ((hi - lo) / 2.0)
+        elif min_global_scaling is None:  # symmetric in log: log lambda ~ U[-log max, log max]
+            lam = torch.exp(u * math.log(hi))
+        else:
+            lam = torch.exp((math.log(lo) + math.log(hi)) / 2.0 + u * ((math.log(hi) - math.log(lo)) / 2.0))
+        x = (x + delta + eps * step) * lam
     if keep is not None:
         x = torch.where(keep, x, positions.to(work_dtype))
+    if not _compiling() and not bool(torch.isfinite(x).all()):
+        raise ValueError(
+            f"positions overflow {work_dtype} once augmented (largest |position| "
+            f"{float(positions.detach().abs().max()):g}, max_global_shift={shift:g}, max_local_shift={local:g}, "
+            f"global scale up to {hi:g}); pass smaller positions or limits, or float64 positions"
+        )
     return x
+
+
+def _gap_extent(positions: torch.Tensor, key_padding_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sample and axis: the smallest gap between distinct coordinates (inf if none) and the extent."""
+    check_tensor("positions", positions)
+    if positions.dim() < 2:
+        raise ValueError(f"positions must have shape (..., N, D), got {tuple(positions.shape)}")
+    check_floating("positions", positions)
+    check_has_data("positions", positions)
+    if positions.shape[-2] == 0:  # no tokens: no gap and no extent (the callers fall back to their default)
+        shape = (*positions.shape[:-2], 1, positions.shape[-1])
+        empty = torch.full(shape, math.inf, device=positions.device,
+                           dtype=torch.promote_types(positions.dtype, torch.float32))
+        return empty, torch.zeros_like(empty)
+    if key_padding_mask is None:
+        # positions shared by a batch through expand() (stride 0): measure one copy, expand the result
+        shared = [i for i in range(positions.dim() - 2) if positions.stride(i) == 0 and positions.shape[i] > 1]
+        if shared:
+            one = positions[tuple(slice(0, 1) if i in shared else slice(None) for i in range(positions.dim()))]
+            shape = (*positions.shape[:-2], 1, positions.shape[-1])
+            gap, extent = _gap_extent(one, None)
+            return gap.expand(shape), extent.expand(shape)
+    x = positions.to(torch.promote_types(positions.dtype, torch.float32))
+    if key_padding_mask is not None:
+        check_key_padding_mask(key_padding_mask, tuple(positions.shape[:-1]))
+        x = torch.where(key_padding_mask[..., None], torch.full_like(x, math.inf), x)
+    s = x.sort(dim=-2).values
+    gaps = s.diff(dim=-2)  # inf - finite = inf, inf - inf = nan: both rejected below
+    finite = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    extent = finite.amax(dim=-2, keepdim=True) - finite.amin(dim=-2, keepdim=True)
+    tol = 1e-6 * extent
+    gaps = torch.where(torch.isfinite(gaps) & (gaps > tol), gaps, torch.full_like(gaps, math.inf))
+    gap = gaps.amin(dim=-2, keepdim=True) if gaps.shape[-2] else torch.full_like(x[..., :1, :], math.inf)
+    return gap, extent
 
 
 def grid_spacing(
@@ -287,25 +387,30 @@ def grid_spacing(
     patch spans ``[-1, 1]``). Gaps below ``1e-6`` of the axis' extent count as equal
     coordinates; padded tokens are ignored.
     """
-    check_tensor("positions", positions)
-    if positions.dim() < 2:
-        raise ValueError(f"positions must have shape (..., N, D), got {tuple(positions.shape)}")
-    check_floating("positions", positions)
-    if key_padding_mask is None:
-        # positions shared by a batch through expand() (stride 0): measure one copy, expand the result
-        shared = [i for i in range(positions.dim() - 2) if positions.stride(i) == 0 and positions.shape[i] > 1]
-        if shared:
-            one = positions[tuple(slice(0, 1) if i in shared else slice(None) for i in range(positions.dim()))]
-            return grid_spacing(one, single=single).expand(*positions.shape[:-2], 1, positions.shape[-1])
-    x = positions.to(torch.promote_types(positions.dtype, torch.float32))
-    if key_padding_mask is not None:
-        check_key_padding_mask(key_padding_mask, tuple(positions.shape[:-1]))
-        x = torch.where(key_padding_mask[..., None], torch.full_like(x, math.inf), x)
-    s = x.sort(dim=-2).values
-    gaps = s.diff(dim=-2)  # inf - finite = inf, inf - inf = nan: both rejected below
-    finite = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-    extent = finite.amax(dim=-2, keepdim=True) - finite.amin(dim=-2, keepdim=True)
-    tol = 1e-6 * extent
-    gaps = torch.where(torch.isfinite(gaps) & (gaps > tol), gaps, torch.full_like(gaps, math.inf))
-    out = gaps.amin(dim=-2, keepdim=True) if gaps.shape[-2] else torch.full_like(x[..., :1, :], math.inf)
-    return torch.where(torch.isfinite(out), out, torch.full_like(out, float(single)))
+    gap, _ = _gap_extent(positions, key_padding_mask)
+    return torch.where(torch.isfinite(gap), gap, torch.full_like(gap, float(single)))
+
+
+def grid_cell(
+    positions: torch.Tensor, key_padding_mask: torch.Tensor | None = None, *, endpoint: bool = False,
+    single: float = 2.0,
+) -> torch.Tensor:
+    """Per sample and axis, the width of one grid cell (patch): ``(..., N, D) -> (..., 1, D)``.
+
+    The unit of CAPE's 2D local shift, which is ``+-1/n`` for ``n`` patches a side on
+    ``[-1, 1]`` (half a cell of width ``2 / n``) whichever grid carries the positions:
+
+    * ``endpoint=False``: positions are cell centres (``-1 + (2i + 1)/n``); the cell is
+      the spacing, :func:`grid_spacing`.
+    * ``endpoint=True``: positions are ``linspace(-1, 1, n)`` (the authors' 2D grid); the
+      spacing is ``2/(n - 1)`` but the cell is ``extent / n = 2 / n``, computed as
+      ``gap * extent / (extent + gap)`` (exact for any regular grid of ``n`` points).
+
+    An axis with a single distinct value gets ``single`` (2: one patch spans ``[-1, 1]``).
+    """
+    if not isinstance(endpoint, bool):
+        raise TypeError(f"endpoint must be a bool, got {type(endpoint).__name__}")
+    gap, extent = _gap_extent(positions, key_padding_mask)
+    cell = gap * extent / (extent + gap) if endpoint else gap
+    ok = torch.isfinite(cell) & (cell > 0)
+    return torch.where(ok, cell, torch.full_like(cell, float(single)))

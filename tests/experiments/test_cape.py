@@ -1,196 +1,244 @@
 import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
+from scipy import stats
 
+from posenc.encodings import CAPEEncoding, LearnedTableEncoding
 from posenc.experiments.cape import (
-    QUICK,
-    TASKS,
+    CLAIMS,
+    LR,
+    LR_GRID,
+    PROFILES,
     VARIANTS,
     ResolutionConfig,
     away_accuracy,
     build_model,
-    pixel_centres,
+    choose_lr,
+    converged,
+    detectable_difference,
+    digits_splits,
     plan,
     render,
     run_resolution,
-    sample_scenes,
+    run_sweep,
     summarize,
+    trunk_state,
 )
 from posenc.report.registry import get_section
 
-CFG = ResolutionConfig()
+CFG = ResolutionConfig(dim=16, heads=2)
 
 
-def test_pixel_centres_are_symmetric_and_evenly_spaced():
-    c = pixel_centres(4)
-    torch.testing.assert_close(c, torch.tensor([-0.75, -0.25, 0.25, 0.75]))
-    c = pixel_centres(3, 2)
-    assert c.shape == (6,) and math.isclose(float(c.sum()), 0.0, abs_tol=1e-6)
+def test_splits_are_disjoint_and_fixed():
+    s = digits_splits()
+    assert [len(s[k][1]) for k in ("fit", "val", "test")] == [1078, 270, 449]
+    rows = {k: {tuple(x.flatten().tolist()) for x in s[k][0]} for k in s}
+    # sklearn's digits hold a few duplicate images; the splits are index-disjoint, almost image-disjoint
+    assert len(rows["fit"] & rows["test"]) < 10 and len(rows["val"] & rows["test"]) < 5
+    assert s["fit"][0].shape[1:] == (1, 8, 8) and float(s["fit"][0].max()) <= 1.0
 
 
-def test_relation_labels_match_brightest_pixels():
-    scenes = sample_scenes("relation", 64, CFG, torch.Generator().manual_seed(0))
-    img, y = render("relation", scenes, 64, CFG)
-    assert img.shape == (64, 2, 64, 64)
-    c = pixel_centres(64)
-    for b in range(64):
-        coords = []
-        for ch in range(2):
-            flat = int(img[b, ch].argmax())
-            coords.append((float(c[flat // 64]), float(c[flat % 64])))  # (row, col)
-        (ry, rx), (by, bx) = coords
-        left, above = rx < bx, ry < by
-        assert int(y[b]) == 2 * int(left) + int(above)
-        assert abs(rx - bx) > 0.15 and abs(ry - by) > 0.15  # min_gap 0.25, minus pixel rounding
-    assert set(y.tolist()) == {0, 1, 2, 3}
+def test_render_keeps_the_digit_at_every_resolution():
+    x = digits_splits()["test"][0][:6]
+    for res in (12, 16, 32):
+        img = render(x, res)
+        assert img.shape == (6, 1, res, res)
+        # the same image: the mean intensity and the centroid agree across resolutions
+        torch.testing.assert_close(img.mean(dim=(1, 2, 3)), x.mean(dim=(1, 2, 3)), atol=0.03, rtol=0)
+        c = (torch.arange(res) + 0.5) / res
+        cx = (img[:, 0] * c).sum(dim=(1, 2)) / img[:, 0].sum(dim=(1, 2))
+        c8 = (torch.arange(8) + 0.5) / 8
+        cx8 = (x[:, 0] * c8).sum(dim=(1, 2)) / x[:, 0].sum(dim=(1, 2))
+        torch.testing.assert_close(cx, cx8, atol=0.02, rtol=0)
+    assert render(x, 8) is x
 
 
-@pytest.mark.parametrize("label,area", [(0, math.pi), (1, 1.6**2), (2, 1.8**2 / 2)])
-def test_shape_areas_match_closed_forms(label, area):
-    scenes = {"centre": torch.zeros(1, 2), "size": torch.tensor([0.5]), "label": torch.tensor([label])}
-    img, y = render("shapes", scenes, 96, CFG)
-    pixel_area = (2.0 / 96) ** 2
-    measured = float(img.sum()) * pixel_area / 0.5**2  # in units of size^2
-    assert y.tolist() == [label]
-    assert measured == pytest.approx(area, rel=0.02)
-    assert float(img.min()) >= 0.0 and float(img.max()) <= 1.0
+@pytest.mark.parametrize("seed", [0, 3])
+def test_paired_initialisation(seed):
+    # same seed, different encodings: identical transformer weights (only the encoding differs)
+    models = {v: build_model(dataclasses.replace(CFG, variant=v, seed=seed)) for v in VARIANTS}
+    ref = trunk_state(models["none"])
+    assert "patch_embed.weight" in ref and "cls" in ref and any(k.startswith("encoder.blocks.0") for k in ref)
+    for v, m in models.items():
+        state = trunk_state(m)
+        assert state.keys() == ref.keys()
+        for k in ref:
+            assert torch.equal(state[k], ref[k]), f"{v}: {k} differs from the none variant's"
+    other = trunk_state(build_model(dataclasses.replace(CFG, variant="cape", seed=seed + 1)))
+    assert not torch.equal(other["patch_embed.weight"], ref["patch_embed.weight"])
+    # the encodings themselves
+    assert models["none"].encoder.encoding is None
+    assert isinstance(models["table"].encoder.encoding, LearnedTableEncoding)
+    for v in ("sine", "cape", "cape_noscale", "cape_mixed"):
+        assert isinstance(models[v].encoder.encoding, CAPEEncoding)
+        assert models[v].encoder.encoding.grid_endpoint  # the authors' linspace grid
 
 
-def test_same_scene_at_every_resolution():
-    scenes = sample_scenes("shapes", 8, CFG, torch.Generator().manual_seed(1))
-    a, ya = render("shapes", scenes, 8, CFG)
-    b, yb = render("shapes", scenes, 32, CFG)
-    assert torch.equal(ya, yb)
-    # the same shapes: equal areas and centroids (up to the coarse sampling)
-    torch.testing.assert_close(a.mean(dim=(1, 2, 3)), b.mean(dim=(1, 2, 3)), atol=0.02, rtol=0.1)
-    c8, c32 = pixel_centres(8), pixel_centres(32)
-    cx8 = (a[:, 0] * c8).sum(dim=(1, 2)) / a[:, 0].sum(dim=(1, 2))
-    cx32 = (b[:, 0] * c32).sum(dim=(1, 2)) / b[:, 0].sum(dim=(1, 2))
-    torch.testing.assert_close(cx8, cx32, atol=0.05, rtol=0)
+def test_building_a_model_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    build_model(dataclasses.replace(CFG, variant="table"))
+    assert torch.equal(torch.get_rng_state(), state)
 
 
-def test_digits_resampled():
-    scenes = sample_scenes("digits", 5, CFG, torch.Generator().manual_seed(2))
-    for res in (6, 20):
-        img, y = render("digits", scenes, res, CFG, split="test")
-        assert img.shape == (5, 1, res, res) and y.shape == (5,) and int(y.max()) < 10
+def test_variants_are_the_papers_settings():
+    enc = {v: build_model(dataclasses.replace(CFG, variant=v)).encoder.encoding for v in VARIANTS if v != "none"}
+    cape = enc["cape"]
+    assert (cape.max_global_shift, cape.max_local_shift) == (0.5, 0.5)
+    assert (cape.min_global_scaling, cape.max_global_scaling, cape.scaling_distribution) == (0.7, 1.4, "uniform")
+    assert enc["cape_noscale"].min_global_scaling == enc["cape_noscale"].max_global_scaling == 1.0
+    assert enc["cape_noscale"].max_global_shift == 0.5
+    assert not enc["sine"].augments and enc["cape"].augments
+    pos = torch.rand(2, 9, 2) * 2 - 1
+    enc["sine"].eval(), cape.eval()
+    torch.testing.assert_close(enc["sine"](pos), cape(pos))  # same features, the augmentation aside
+    assert enc["table"].grid_size == (8, 8)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_variant_runs_at_every_resolution(variant):
-    cfg = dataclasses.replace(CFG, variant=variant, dim=16)
-    model = build_model(cfg).eval()
-    scenes = sample_scenes("relation", 3, cfg, torch.Generator().manual_seed(0))
-    for res in (6, 12, 24):
-        out = model(render("relation", scenes, res, cfg)[0])
-        assert out.shape == (3, 4) and bool(torch.isfinite(out).all())
+    model = build_model(dataclasses.replace(CFG, variant=variant)).eval()
+    x = digits_splits()["test"][0][:3]
+    for res in (12, 16, 20, 32):
+        out = model(render(x, res))
+        assert out.shape == (3, 10) and bool(torch.isfinite(out).all())
 
 
-def test_sine_and_cape_differ_only_in_training_mode():
-    pos = torch.rand(2, 9, 2) * 2 - 1
-    sine = build_model(dataclasses.replace(CFG, variant="sine")).encoder.encoding
-    cape = build_model(dataclasses.replace(CFG, variant="cape")).encoder.encoding
-    sine.eval(), cape.eval()
-    torch.testing.assert_close(sine(pos), cape(pos))
-    cape.train()
-    assert not torch.allclose(sine(pos), cape(pos))
-    assert cape.max_global_scaling == 1.4 and sine.max_global_scaling == 1.0
+def test_converged_gate():
+    curve = lambda accs: [[100 * (i + 1), a] for i, a in enumerate(accs)]  # noqa: E731
+    # the evaluations at steps >= 2/3 of 1,000 (700 .. 1,000) must lie within the tolerance
+    assert converged(curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.9, 0.93, 0.91, 0.92, 0.93]), 1000, 0.03)
+    assert not converged(curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.85, 0.88, 0.9, 0.92]), 1000, 0.03)  # still climbing
+    assert not converged(curve([0.9] * 10), 2000, 0.03)  # no evaluation in the last third of 2,000 steps
+    assert not converged([[800, 0.9], [1000, 0.9]], 1000, 0.03)  # fewer than three
+    assert converged([[700, 0.5], [800, 0.5], [900, 0.5]], 900, 0.0)
 
 
-def test_tiny_run_is_deterministic():
-    cfg = dataclasses.replace(CFG, variant="cape_mixed", steps=3, dim=16, eval_size=8, test_res=(6, 12))
+def test_tiny_run_is_deterministic_and_complete():
+    cfg = dataclasses.replace(CFG, variant="cape_mixed", steps=6, eval_every=1, test_res=(12, 20))
     a, b = run_resolution(cfg), run_resolution(cfg)
-    assert a["accuracy"] == b["accuracy"] and a["loss_curve"] == b["loss_curve"]
-    assert set(a["accuracy"]) == {"6", "12"}
-    assert a["converged"] == (a["train_accuracy"] >= 0.95) and a["train_accuracy"] == a["accuracy"]["12"]
+    assert a["accuracy"] == b["accuracy"] and a["loss_curve"] == b["loss_curve"] and a["val_curve"] == b["val_curve"]
+    assert set(a["accuracy"]) == {"12", "16", "20"} and a["train_accuracy"] == a["accuracy"]["16"]
+    assert [s for s, _ in a["val_curve"]] == [1, 2, 3, 4, 5, 6]
+    assert a["converged"] == converged(a["val_curve"], 6, cfg.converge_tol) and a["cpu_seconds"] > 0
+    sweep = run_sweep(dataclasses.replace(cfg, variant="sine"))
+    assert sweep["sweep"] and sweep["lr"] == cfg.lr and 0 <= sweep["val_accuracy"] <= 1
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="task"):
-        build_model(dataclasses.replace(CFG, task="copy"))
-    with pytest.raises(ValueError, match="task"):
-        sample_scenes("copy", 2, CFG, torch.Generator())
     with pytest.raises(ValueError, match="variant"):
         build_model(dataclasses.replace(CFG, variant="rope"))
     with pytest.raises(ValueError, match="patch"):
-        build_model(dataclasses.replace(CFG, test_res=(7,)))
+        build_model(dataclasses.replace(CFG, test_res=(13,)))
     with pytest.raises(ValueError, match="profile"):
         plan("medium")
 
 
 def test_plan():
     quick, full = plan("quick"), plan("full")
-    assert len({j.key for j in quick}) == len(quick) and len({j.key for j in full}) == len(full)
-    assert {j.config.variant for j in quick} == set(VARIANTS) and {j.config.task for j in full} == set(TASKS)
-    assert len({j.config.seed for j in quick}) >= 2 and len({j.config.seed for j in full}) >= 5
-    assert all(j.config.threads == 1 for j in quick) and quick[0].config == dataclasses.replace(QUICK, variant="none")
-    assert len(get_section("cape").plan("quick", 3)) == len(quick) // 2 * 3
+    for jobs in (quick, full):
+        assert len({j.key for j in jobs}) == len(jobs)
+    main = [j for j in quick if j.key.startswith("digits.")]
+    assert len(main) == len(quick) and {j.config.variant for j in quick} == set(VARIANTS)
+    assert len({j.config.seed for j in quick}) >= 4 and len({j.config.seed for j in full if not
+                                                              j.key.startswith("sweep")}) >= 8
+    assert all(j.config.threads == 1 for j in quick + full)
+    # one budget and one learning rate for every main run of a profile
+    for jobs in (quick, full):
+        runs = [j.config for j in jobs if not j.key.startswith("sweep")]
+        assert len({(c.steps, c.batch, c.lr, c.train_res, c.test_res) for c in runs}) == 1 and runs[0].lr == LR
+    # tests from about 0.7x to 2x the training resolution
+    for p in PROFILES.values():
+        base = p["base"]
+        assert min(base.test_res) / base.train_res <= 0.75 and max(base.test_res) / base.train_res >= 2.0
+    sweep = [j for j in full if j.key.startswith("sweep")]
+    assert {j.config.lr for j in sweep} == set(LR_GRID) and {j.config.variant for j in sweep} == set(VARIANTS)
+    assert not {j.config.seed for j in sweep} & {j.config.seed for j in full if not j.key.startswith("sweep")}
+    assert len(get_section("cape").plan("quick", 5)) == len(VARIANTS) * 5
+
+
+def test_detectable_difference_closed_form():
+    diffs = [0.01, 0.03, -0.02, 0.04, 0.00]
+    n, s = len(diffs), statistics.stdev(diffs)
+    want = (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) * s / math.sqrt(n)
+    assert detectable_difference(diffs) == pytest.approx(want)
+    assert detectable_difference([0.1]) is None
+    # it shrinks with more seeds of the same spread
+    assert detectable_difference(diffs * 2) < detectable_difference(diffs)
+
+
+def test_choose_lr_rule():
+    res = {}
+    for lr, accs in ((1e-3, (0.9, 0.5)), (3e-3, (0.8, 0.8)), (8e-3, (0.95, 0.3))):
+        for v, a in zip(("sine", "cape"), accs):
+            res[f"{lr}{v}"] = {"sweep": True, "lr": lr, "variant": v, "seed": 100, "val_accuracy": a}
+    out = choose_lr(res)
+    assert out["chosen"] == 3e-3 and out["mean_val_accuracy"]["0.003"] == pytest.approx(0.8)  # best mean, not best max
+    assert out["per_variant"]["0.008"]["sine"] == 0.95 and out["agrees"] == (LR == 3e-3)
+    assert choose_lr({}) is None
 
 
 def test_away_accuracy():
-    assert away_accuracy({"6": 0.5, "12": 1.0, "24": 0.7}, 12) == pytest.approx(0.6)
-    assert math.isnan(away_accuracy({"12": 1.0}, 12))
+    assert away_accuracy({"12": 0.5, "16": 1.0, "24": 0.7}, 16) == pytest.approx(0.6)
+    assert math.isnan(away_accuracy({"16": 1.0}, 16))
 
 
-def _fake(variant, seed, acc, converged=True, task="relation"):
-    return {"task": task, "variant": variant, "seed": seed, "train_res": 12, "accuracy": acc,
-            "train_accuracy": acc["12"], "converged": converged, "loss_curve": [1.0, 0.5]}
+def _fake(variant, seed, acc, conv=True):
+    return {"variant": variant, "seed": seed, "train_res": 16, "lr": LR, "accuracy": acc, "train_accuracy": acc["16"],
+            "val_accuracy": acc["16"], "converged": conv, "val_curve": [[1, 0.5], [2, acc["16"]]],
+            "loss_curve": [1.0, 0.5], "cpu_seconds": 2.0, "converge_tol": 0.03, "steps": 2}
 
 
-def test_summary_claims_from_paired_seeds():
+def test_summary_claims_from_paired_converged_seeds():
     res = {}
-    for s in range(4):
-        res[f"a{s}"] = _fake("cape", s, {"6": 0.8 + 0.01 * s, "12": 0.99, "24": 0.9})
-        res[f"b{s}"] = _fake("sine", s, {"6": 0.5 + 0.02 * s, "12": 0.995 - 0.001 * s, "24": 0.4})
-        res[f"c{s}"] = _fake("table", s, {"6": 0.95, "12": 1.0, "24": 0.98 - 0.01 * s})
-        res[f"d{s}"] = _fake("none", s, {"6": 0.3, "12": 0.4 + 0.01 * s, "24": 0.3}, converged=False)
-        res[f"e{s}"] = _fake("cape_mixed", s, {"6": 0.9, "12": 0.7, "24": 0.95 - 0.01 * s}, converged=False)
+    for s in range(5):
+        res[f"a{s}"] = _fake("cape", s, {"12": 0.8 + 0.01 * s, "16": 0.97, "32": 0.9}, conv=s != 4)
+        res[f"b{s}"] = _fake("sine", s, {"12": 0.5 + 0.02 * s, "16": 0.975 - 0.001 * s, "32": 0.4})
+        res[f"c{s}"] = _fake("table", s, {"12": 0.95, "16": 0.98, "32": 0.98 - 0.01 * s})
+        res[f"d{s}"] = _fake("none", s, {"12": 0.2, "16": 0.3 + 0.01 * s, "32": 0.2})
     out = summarize(res)
-    claims = out["claims"]
-    assert claims["cape_matches_sine_at_train_res"]["verdict"] == "holds"
-    assert claims["cape_degrades_less_than_sine"]["verdict"] == "holds"
-    assert claims["cape_beats_table_away"]["verdict"] == "contradicted"
-    # none never learns a positional task and is exempt from the learned check
-    none = claims["cape_beats_none_away"]["comparisons"][0]
-    assert none["verdict"] == "holds" and "note" not in none
-    # cape_mixed did not learn the task at its training resolution: its transfer is not read
-    mixed = claims["mixed_resolutions_help"]["comparisons"][0]
-    assert mixed["mean"] > 0 and mixed["verdict"] == "not confirmed at this scale" and "cape_mixed" in mixed["note"]
-    assert "scaling_helps_resolution_transfer" not in claims  # no cape_noscale runs
-    row = out["table"]["relation"]["cape"]
-    assert row["converged"] == 4 and row["seeds"] == 4
-    assert math.isclose(row["away"]["mean"], statistics_mean([(0.8 + 0.01 * s + 0.9) / 2 for s in range(4)]))
-    assert out["not_learned"]["relation"] == {"none": "0/4", "cape_mixed": "0/4"}
+    c = out["claims"]
+    assert set(c) == {"task_needs_position", "cape_matches_sine_at_train_res", "cape_degrades_less_than_sine",
+                      "cape_beats_table_away"}
+    assert c["task_needs_position"]["verdict"] == "holds" and c["task_needs_position"]["n"] == 5
+    assert c["cape_matches_sine_at_train_res"]["verdict"] == "holds"
+    deg = c["cape_degrades_less_than_sine"]
+    # every seed is paired at the equal budget; the run that had not converged is named
+    assert deg["verdict"] == "holds" and deg["n"] == 5 and deg["not_converged"] == {"cape": [4]}
+    assert "cape on 1 of 5 seeds" in deg["note"]
+    assert deg["diffs"] == pytest.approx([(0.8 + 0.01 * s + 0.9) / 2 - (0.5 + 0.02 * s + 0.4) / 2 for s in range(5)])
+    assert "note" not in c["task_needs_position"]
+    assert deg["detectable"] == pytest.approx(detectable_difference(deg["diffs"]))
+    assert c["cape_beats_table_away"]["verdict"] == "contradicted"
+    row = out["table"]["cape"]
+    assert row["converged"] == 4 and row["seeds"] == 5 and row["not_converged"] == [4]
+    assert out["seeds"] == 5 and out["train_res"] == 16 and out["lr"] is None and out["cpu_seconds"] == 40.0
+    assert sum(out["verdicts"].values()) == len(c)
 
 
-def statistics_mean(xs):
-    return sum(xs) / len(xs)
+def test_claims_cover_the_papers_comparisons():
+    pairs = {(m, b) for m, b, *_ in CLAIMS.values()}
+    assert {("cape", "sine"), ("cape", "table"), ("cape", "cape_noscale"), ("cape_mixed", "cape")} <= pairs
 
 
-def test_quick_section_runs_end_to_end():
-    jobs = [dataclasses.replace(j.config, steps=2, dim=16, eval_size=4) for j in plan("quick", 1)[:3]]
+def test_section_renders_end_to_end():
+    jobs = [dataclasses.replace(j.config, steps=3, eval_every=1, dim=16, test_res=(12, 32))
+            for j in plan("quick", 1)]
     res = {f"k{i}": run_resolution(c) for i, c in enumerate(jobs)}
+    res["sw"] = {"sweep": True, "lr": LR, "variant": "cape", "seed": 100, "val_accuracy": 0.5}
     summary = summarize(res)
     import matplotlib.pyplot as plt
 
     saved = []
 
     def save(name, fig):
-        assert len(fig.axes) == 1 and fig.legends  # one panel per task, one legend for all
+        assert len(fig.axes) == 2 and fig.legends
         plt.close(fig)
         saved.append(name)
         return f"{name}.png"
 
     md = get_section("cape").render(summary, save)
-    assert "relation" in md and saved == ["resolution"] and "not learned" in md.lower()
-
-
-def test_cape_half_has_half_the_frequencies():
-    full = build_model(dataclasses.replace(CFG, variant="cape")).encoder.encoding.eval()
-    half = build_model(dataclasses.replace(CFG, variant="cape_half")).encoder.encoding.eval()
-    assert half.freq_scale == pytest.approx(math.pi / 2) and full.freq_scale == pytest.approx(math.pi)
-    pos = torch.rand(5, 2, dtype=torch.float64) * 2 - 1
-    # halving every frequency = embedding half the positions with the paper's frequencies
-    torch.testing.assert_close(half(pos), full(pos / 2))
+    assert saved == ["resolution"] and "detectable" in md and "Learning-rate rule" in md and "CPU time" in md
+    assert "cape_mixed" in md and "32 px" in md

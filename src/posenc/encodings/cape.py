@@ -16,19 +16,35 @@ relative ones. In evaluation mode nothing is drawn: the embedding of the
   ``w_k = freq_scale * base^(-2k/D)``, ``k = 0..D/2-1``, with
   ``freq_scale = 1/step`` by default, so one token is one radian at ``k = 0``
   whatever the step. Without augmentation and centring this equals
-  :class:`~posenc.encodings.SinusoidalEncoding` exactly.
-* **2D** (``in_dim=2``): patch centres mapped to ``[-1, 1]`` per axis at every
-  resolution (:func:`posenc.models.patch_positions` with ``kind="continuous"``),
-  given as ``(row, col) = (y, x)``. The embedding uses the paper's isotropic
-  frequency directions: ``w_{k,x} = rho_k cos k``, ``w_{k,y} = rho_k sin k``,
-  ``rho_k = base^(2k/D)`` (``base = 10``), features
-  ``[sin(pi (w_{k,x} x + w_{k,y} y)), cos(...)]`` (``freq_scale = pi``). Every
-  channel mixes both axes along its own direction, unlike the per-axis split of
-  :class:`~posenc.encodings.SinusoidalEncoding`. The local shift is in units of the
-  patch spacing, measured per sample and axis from the positions
-  (:func:`posenc.positions.grid_spacing`) unless ``spacing`` is given.
+  :class:`~posenc.encodings.SinusoidalEncoding` exactly. The global scale is
+  log-uniform. This is what the authors' code computes (flashlight, ``cape``
+  branch, ``SinusoidalPositionEmbedding``), under either ``convention``.
+* **2D** (``in_dim=2``): positions ``(row, col)`` in ``[-1, 1]``, every channel a
+  plane wave along its own direction: features
+  ``[sin(pi rho_k (row * a_k + col * b_k)), cos(...)]``. Two conventions:
+
+  - ``"authors"`` (default): as the authors' code computes it (flashlight, ``cape``
+    branch, ``SinusoidalPositionEmbedding2D``, the code behind the paper's ViT
+    numbers): ``k = 1..D/2``, ``rho_k = base^(2k/D)`` (``base = 10``), the height
+    (row) coordinate gets ``a_k = cos k`` and the width (col) coordinate
+    ``b_k = sin k``; the patch grid is ``linspace(-1, 1, n)`` per axis, endpoints
+    included (:attr:`grid_endpoint` tells :class:`~posenc.models.TinyViT`); the
+    vision preset's global scale is ``lambda ~ U[0.7, 1.4]``, uniform. Where
+    ``D/2`` is odd, the authors' code emits ``D + 1`` features (one extra sine,
+    ``k = D/2 + 1``); posenc emits ``D``: the same features without that sine.
+  - ``"text"``: posenc's earlier reading of the paper's text: ``k = 0..D/2-1``,
+    the row gets ``sin k`` and the col ``cos k``, patch centres
+    ``-1 + (2i + 1)/n``, ``log lambda ~ U[-log 1.4, log 1.4]``.
+
+  In both, the local shift is ``+-max_local_shift`` patch widths (``2/n`` on
+  ``[-1, 1]``: ``+-1/n`` for ``max_local_shift = 0.5``, the authors' value), measured
+  per sample and axis from the positions (:func:`posenc.positions.grid_cell`) unless
+  ``spacing`` is given, and the global shift is ``U[-0.5, 0.5]`` per axis.
 
 Presets (:data:`PRESETS`) hold the paper's settings for text, speech and vision.
+Arguments are limited to the float32-safe range (shifts, scales, ``base`` at most
+:data:`posenc.positions.LIMIT_MAX`), and positions whose phase would overflow
+float32 are refused with a ``ValueError`` instead of giving NaN features.
 """
 
 from __future__ import annotations
@@ -40,6 +56,7 @@ from typing import Any, ClassVar
 import torch
 
 from posenc._checks import (
+    _compiling,
     check_choice,
     check_finite,
     check_last_dim,
@@ -51,16 +68,22 @@ from posenc._checks import (
 from posenc.encodings.base import Encoding, Footprint, check_out_dim
 from posenc.encodings.registry import register_encoding
 from posenc.positions import (
+    LIMIT_MAX,
     _check_limit,
     cape_augment_work,
     check_generator,
     check_key_padding_mask,
-    grid_spacing,
+    check_scaling_range,
+    grid_cell,
 )
+
+#: The 2D conventions: ``"authors"`` (the authors' flashlight code, the default) and
+#: ``"text"`` (posenc's earlier reading of the paper's text). They coincide in 1D.
+CONVENTIONS = ("authors", "text")
 
 #: The paper's settings per domain (see ``docs/cape.md`` for the sources).
 #: Limits: ``max_global_shift`` in the unit of ``step`` (1D) or of the ``[-1, 1]``
-#: patch coordinates (2D); ``max_local_shift`` in token / patch spacings.
+#: patch coordinates (2D); ``max_local_shift`` in token spacings / patch widths.
 PRESETS: dict[str, dict[str, Any]] = {
     # machine translation: shifts in tokens, a 3% scale, no centring
     "text": {"in_dim": 1, "max_global_shift": 5.0, "max_local_shift": 0.5, "max_global_scaling": 1.03,
@@ -68,33 +91,45 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ASR: frames of 1/30 s, shifts up to 30 s, half a frame of local shift, no scaling, centred
     "speech": {"in_dim": 1, "max_global_shift": 30.0, "max_local_shift": 0.5, "max_global_scaling": 1.0,
                "mean_center": True, "step": 1.0 / 30.0},
-    # ViT: patch centres in [-1, 1]; shift of half the image, +-1/N local, scale in [1/1.4, 1.4]
+    # ViT: positions in [-1, 1]; shift of half the image, +-1/n local, scale up to 1.4
+    # (authors' code: lambda ~ U[0.7, 1.4]; the "text" convention: log-uniform on [1/1.4, 1.4])
     "vision": {"in_dim": 2, "max_global_shift": 0.5, "max_local_shift": 0.5, "max_global_scaling": 1.4,
                "mean_center": False},
 }
 DEFAULT_PRESET = {1: "text", 2: "vision"}
+#: The global scale's (min, distribution) of the vision preset per convention (min ``None``: ``1/max``).
+VISION_SCALING: dict[str, tuple[float | None, str]] = {"authors": (0.7, "uniform"), "text": (None, "log_uniform")}
 
 
 def cape_frequencies(in_dim: int, num_features: int, base: float, freq_scale: float, *,
-                     device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """CAPE's angular frequencies: ``(K,)`` in 1D, ``(2, K)`` rows ``(w_y, w_x)`` in 2D (``K = D/2``).
+                     convention: str = "authors", device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """CAPE's angular frequencies: ``(K,)`` in 1D, ``(2, K)`` rows ``(w_row, w_col)`` in 2D (``K = D/2``).
 
-    1D: ``freq_scale * base^(-2k/D)``. 2D: ``freq_scale * rho_k * (sin k, cos k)``,
-    ``rho_k = base^(2k/D)`` (the paper's ``w_{k,y}``, ``w_{k,x}``, ``pi`` folded in).
+    1D: ``freq_scale * base^(-2k/D)``, ``k = 0..K-1`` (both conventions).
+    2D, ``"authors"``: ``freq_scale * rho_k * (cos k, sin k)``, ``k = 1..K``;
+    ``"text"``: ``freq_scale * rho_k * (sin k, cos k)``, ``k = 0..K-1``; ``rho_k = base^(2k/D)``
+    (the paper's ``pi`` is ``freq_scale``). Computed in float64, returned in ``dtype``.
     """
+    check_choice("convention", convention, CONVENTIONS)
     half = num_features // 2
     k = torch.arange(half, device=device, dtype=torch.float64)
     if in_dim == 1:
         return (freq_scale * base ** (-k / half)).to(dtype)
-    rho = base ** (k / half)
-    return (freq_scale * torch.stack((rho * torch.sin(k), rho * torch.cos(k)))).to(dtype)
+    if convention == "authors":
+        k = k + 1.0
+        rho = base ** (2.0 * k / num_features)
+        rows = (rho * torch.cos(k), rho * torch.sin(k))
+    else:
+        rho = base ** (2.0 * k / num_features)
+        rows = (rho * torch.sin(k), rho * torch.cos(k))
+    return (freq_scale * torch.stack(rows)).to(dtype)
 
 
 def cape_features(positions: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """Sinusoids of (augmented) positions: ``(..., D) -> (..., 2K)``, ``[sin(phase), cos(phase)]``.
 
     ``freqs`` is ``(K,)`` for ``D = 1`` (``phase = x w``) or ``(2, K)`` for ``D = 2``
-    (``phase = y w_y + x w_x``). Computed in the positions' dtype (pass at least float32).
+    (``phase = row w_row + col w_col``). Computed in the positions' dtype (pass at least float32).
     """
     f = freqs.to(device=positions.device, dtype=positions.dtype)
     if f.dim() == 1:
@@ -121,23 +156,36 @@ class CAPEEncoding(Encoding):
         preset: ``"text"``, ``"speech"`` or ``"vision"`` (:data:`PRESETS`); the
             limits, centring and step not given explicitly come from it. Default:
             ``"text"`` in 1D, ``"vision"`` in 2D.
-        max_global_shift: ``>= 0``; in the unit of ``step`` (1D) or of the ``[-1, 1]``
-            coordinates (2D).
-        max_local_shift: ``>= 0``; in token spacings (1D: ``step``; 2D: the patch spacing).
-        max_global_scaling: ``>= 1``; ``log lambda ~ U[-log max, log max]``.
+        max_global_shift: in ``[0, LIMIT_MAX]``; in the unit of ``step`` (1D) or of the
+            ``[-1, 1]`` coordinates (2D).
+        max_local_shift: in ``[0, LIMIT_MAX]``; in token spacings (1D: ``step``) or
+            patch widths (2D: ``2/n`` for ``n`` patches a side).
+        max_global_scaling: in ``[1, LIMIT_MAX]``: the largest global scale.
         mean_center: subtract each sample's mean position (also in evaluation).
         step: 1D only: the length of one position unit (token, frame) in the unit of
             ``max_global_shift`` (``1/30`` for speech frames in seconds).
         freq_scale: multiplies every frequency. Default ``1/step`` (1D), ``pi`` (2D).
-        base: 1D: wavelength base (10000); 2D: ``rho_k = base^(2k/D)`` (10).
-        spacing: 2D only: the patch spacing (a number or ``(row, col)`` pair) used as
-            the unit of the local shift; ``None`` measures it from the positions.
+        base: 1D: wavelength base (10000); 2D: ``rho_k = base^(2k/D)`` (10). In
+            ``(1, LIMIT_MAX]``.
+        spacing: 2D only: the patch width (a number or ``(row, col)`` pair) used as
+            the unit of the local shift; ``None`` measures it from the positions
+            (:func:`posenc.positions.grid_cell`).
         seed: seed of the module's own generator (one per device, created on first
-            use); ``None`` draws from torch's default generator. A ``generator``
-            passed to :meth:`forward` takes precedence.
+            use); ``None`` (default) draws from torch's default generator, so the
+            augmentation follows ``torch.manual_seed``. A ``generator`` passed to
+            :meth:`forward` takes precedence.
         device: accepted for uniformity; CAPE has no parameters or buffers
             (frequencies are built on the positions' device).
         dtype: output dtype for integer 1D positions (default: the default dtype).
+        convention: 2D only in effect: ``"authors"`` (default; the authors' code) or
+            ``"text"`` (posenc's earlier reading of the paper's text); see the module
+            docstring and ``docs/cape.md`` for every difference. 1D is the same in both.
+        min_global_scaling: the smallest global scale, in ``(0, 1]``. Default: the
+            preset's when ``max_global_scaling`` is the preset's too (vision,
+            ``"authors"``: 0.7), otherwise ``1 / max_global_scaling``.
+        scaling_distribution: ``"uniform"`` (``lambda ~ U[min, max]``; default of the
+            vision preset under ``"authors"``) or ``"log_uniform"`` (``log lambda ~
+            U[log min, log max]``; every other default).
 
     Example:
         >>> enc = CAPEEncoding(in_dim=1, num_features=16, preset="text")
@@ -163,9 +211,12 @@ class CAPEEncoding(Encoding):
         freq_scale: float | None = None,
         base: float | None = None,
         spacing: float | Sequence[float] | None = None,
-        seed: int | None = 0,
+        seed: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        convention: str = "authors",
+        min_global_scaling: float | None = None,
+        scaling_distribution: str | None = None,
     ) -> None:
         check_positive_int("in_dim", in_dim)
         if in_dim not in (1, 2):
@@ -175,6 +226,7 @@ class CAPEEncoding(Encoding):
             raise ValueError(f"num_features must be even (sine/cosine pairs), got {num_features}")
         super().__init__(in_dim, num_features)
         self.num_features = num_features
+        self.convention = check_choice("convention", convention, CONVENTIONS)
         preset = DEFAULT_PRESET[in_dim] if preset is None else check_choice("preset", preset, tuple(PRESETS))
         cfg = PRESETS[preset]
         if cfg["in_dim"] != in_dim:
@@ -186,15 +238,19 @@ class CAPEEncoding(Encoding):
 
         self.max_global_shift = _check_limit("max_global_shift", pick("max_global_shift", max_global_shift))
         self.max_local_shift = _check_limit("max_local_shift", pick("max_local_shift", max_local_shift))
-        self.max_global_scaling = _check_limit(
-            "max_global_scaling", pick("max_global_scaling", max_global_scaling), minimum=1.0)
+        preset_min, preset_dist = (VISION_SCALING[self.convention] if preset == "vision" else (None, "log_uniform"))
+        if min_global_scaling is None and max_global_scaling is None:
+            min_global_scaling = preset_min
+        self.min_global_scaling, self.max_global_scaling, self.scaling_distribution = check_scaling_range(
+            pick("max_global_scaling", max_global_scaling), min_global_scaling,
+            preset_dist if scaling_distribution is None else scaling_distribution)
         mc = pick("mean_center", mean_center)
         if not isinstance(mc, bool):
             raise TypeError(f"mean_center must be a bool, got {type(mc).__name__}")
         self.mean_center = mc
         if in_dim == 2:
             if step is not None:
-                raise ValueError("step applies to 1D positions only; 2D positions are patch centres in [-1, 1]")
+                raise ValueError("step applies to 1D positions only; 2D positions are patch positions in [-1, 1]")
             self.step = 1.0
             self.spacing = None if spacing is None else self._check_spacing(spacing)
         else:
@@ -205,8 +261,9 @@ class CAPEEncoding(Encoding):
         default_scale = 1.0 / self.step if in_dim == 1 else math.pi
         self.freq_scale = check_width("freq_scale", default_scale if freq_scale is None else freq_scale)
         self.base = check_positive_float("base", (10000.0 if in_dim == 1 else 10.0) if base is None else base)
-        if self.base <= 1.0:
-            raise ValueError(f"base must be > 1, got {self.base}")
+        if not 1.0 < self.base <= LIMIT_MAX:
+            raise ValueError(f"base must be > 1 and <= {LIMIT_MAX:g} (beyond it float32 frequencies overflow), "
+                             f"got {self.base:g}")
         if seed is not None:
             check_positive_int("seed", seed, minimum=0)
         self.seed = seed
@@ -234,17 +291,29 @@ class CAPEEncoding(Encoding):
             raise TypeError(f"spacing must be a number or a (row, col) pair of numbers, got {spacing!r}") from None
         if len(vals) not in (1, 2):
             raise ValueError(f"spacing must be a number or a (row, col) pair, got {spacing!r}")
+        for v in vals:
+            _check_limit("spacing", v)
         return vals
 
     # ------------------------------------------------------------------ state
     @property
+    def grid_endpoint(self) -> bool:
+        """Whether this encoding's patch grid is ``linspace(-1, 1, n)`` (2D, ``"authors"``) rather than centres.
+
+        :class:`~posenc.models.TinyViT` reads it to lay out the positions it passes.
+        """
+        return self.in_dim == 2 and self.convention == "authors"
+
+    @property
     def augments(self) -> bool:
         """Whether training mode draws anything (some limit is not trivial)."""
-        return self.max_global_shift > 0 or self.max_local_shift > 0 or self.max_global_scaling > 1
+        return (self.max_global_shift > 0 or self.max_local_shift > 0 or self.max_global_scaling > 1
+                or self.min_global_scaling < 1)
 
     def frequencies(self, device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """``(K,)`` (1D) or ``(2, K)`` rows ``(w_y, w_x)`` (2D) angular frequencies."""
-        return cape_frequencies(self.in_dim, self.num_features, self.base, self.freq_scale, device=device, dtype=dtype)
+        """``(K,)`` (1D) or ``(2, K)`` rows ``(w_row, w_col)`` (2D) angular frequencies."""
+        return cape_frequencies(self.in_dim, self.num_features, self.base, self.freq_scale,
+                                convention=self.convention, device=device, dtype=dtype)
 
     def reset_generator(self, seed: int | None = None) -> None:
         """Forget the per-device generators; reseed with ``seed`` (default: the constructor's)."""
@@ -270,7 +339,7 @@ class CAPEEncoding(Encoding):
             raise TypeError(f"positions must be a real integer or floating tensor, got dtype {positions.dtype}")
         if self.in_dim == 2 and not positions.is_floating_point():
             raise TypeError(
-                f"2D CAPE positions must be floating patch centres in [-1, 1] (patch_positions(kind='continuous'), "
+                f"2D CAPE positions must be floating patch positions in [-1, 1] (patch_positions(kind='continuous'), "
                 f"TinyViT(positions='continuous')), got dtype {positions.dtype}"
             )
         check_finite("positions", positions)
@@ -287,13 +356,17 @@ class CAPEEncoding(Encoding):
 
         Args:
             positions: token positions (1D: any real values, integers allowed) or
-                patch centres (2D). ``(..., N, in_dim)`` in training mode.
+                patch positions (2D). ``(..., N, in_dim)`` in training mode.
             key_padding_mask: ``(..., N)`` bool, ``True`` at padding: padded positions
                 are neither centred nor augmented and never move the mean. Positions
                 ``(N, in_dim)`` shared by a batch are expanded to the mask's batch.
             generator: overrides the module's generator for this call (training only).
-            spacing: 2D only: overrides the patch spacing for this call (a number,
+            spacing: 2D only: overrides the patch width for this call (a number,
                 a ``(row, col)`` pair, or a tensor broadcastable to ``(..., 1, 2)``).
+
+        Raises:
+            ValueError: bad positions, or positions whose phase (position times
+                frequency) overflows the working precision.
         """
         self.check_input(positions)
         return self.encode(positions, key_padding_mask, generator=generator, spacing=spacing)
@@ -334,27 +407,51 @@ class CAPEEncoding(Encoding):
             elif self.spacing is not None:
                 unit = self.spacing
             else:
-                unit = grid_spacing(x, mask)
+                unit = grid_cell(x, mask, endpoint=self.grid_endpoint)
             work = cape_augment_work(
                 x, max_global_shift=self.max_global_shift, max_local_shift=self.max_local_shift,
                 max_global_scaling=self.max_global_scaling, mean_center=self.mean_center, spacing=unit,
                 key_padding_mask=mask, generator=gen,
+                # min = 1/max (given or by default): the symmetric draw, bit-identical to cape_augment's default
+                min_global_scaling=(None if self.min_global_scaling == 1.0 / self.max_global_scaling
+                                    else self.min_global_scaling),
+                scaling_distribution=self.scaling_distribution,
             )
         elif self.mean_center:
             work = cape_augment_work(x, mean_center=True, key_padding_mask=mask, augment=False)
         else:
             work = x.to(torch.promote_types(x.dtype, torch.float32))
-        return cape_features(work, self.frequencies(device=work.device)).to(out_dtype)
+        freqs = self.frequencies(device=work.device)
+        self._check_phase(work, freqs)
+        return cape_features(work, freqs).to(out_dtype)
+
+    @staticmethod
+    def _check_phase(work: torch.Tensor, freqs: torch.Tensor) -> None:
+        """Refuse positions whose phase ``|x . w|`` could overflow the working dtype (inf, then NaN features)."""
+        if _compiling() or work.numel() == 0:
+            return
+        wmax = float(freqs.abs().sum(dim=0).max()) if freqs.dim() == 2 else float(freqs.abs().max())
+        xmax = float(work.detach().abs().max())
+        limit = torch.finfo(work.dtype).max
+        if not xmax * wmax < limit:  # also catches inf and NaN
+            raise ValueError(
+                f"positions times CAPE's frequencies overflow {work.dtype}: largest |position| {xmax:g} (after "
+                f"step, centring and augmentation), largest frequency {wmax:g}; pass smaller positions, a smaller "
+                f"freq_scale or base, or float64 positions"
+            )
 
     def extra_repr(self) -> str:
         parts = [
             super().extra_repr(), f"preset={self.preset!r}", f"max_global_shift={self.max_global_shift:g}",
             f"max_local_shift={self.max_local_shift:g}", f"max_global_scaling={self.max_global_scaling:g}",
+            f"min_global_scaling={self.min_global_scaling:g}", f"scaling_distribution={self.scaling_distribution!r}",
             f"mean_center={self.mean_center}",
         ]
         if self.in_dim == 1:
             parts.append(f"step={self.step:g}")
-        elif self.spacing is not None:
-            parts.append(f"spacing={self.spacing}")
+        else:
+            parts.append(f"convention={self.convention!r}")
+            if self.spacing is not None:
+                parts.append(f"spacing={self.spacing}")
         parts += [f"freq_scale={self.freq_scale:g}", f"base={self.base:g}", f"seed={self.seed}"]
         return ", ".join(parts)

@@ -1,47 +1,54 @@
 """Reproduction section ``cape``: resolution transfer of 2D position encodings in a tiny ViT.
 
 Likhomanenko et al., "CAPE: Encoding Relative Positions with Continuous Augmented
-Positional Embeddings" (NeurIPS 2021, arXiv 2106.03143) train ViTs at one image
-resolution and evaluate them at smaller and larger ones; CAPE (patch centres in
-``[-1, 1]``, augmented by a global shift, a local shift and a global scale) should
+Positional Embeddings" (NeurIPS 2021, arXiv 2106.03143) train ViTs on ImageNet at
+224 px and evaluate them, without retraining, at 160-672 px: CAPE (patch positions
+in ``[-1, 1]``, augmented by a global shift, a local shift and a global scale) should
 match the plain sinusoidal embedding at the training resolution and degrade less
-away from it. Here :class:`posenc.models.TinyViT` is trained at ``train_res``
-pixels and tested, without retraining, at every resolution of ``test_res``, on
-data that can be rendered at any resolution:
+away from it, also less than a learned table resized bicubically; global scaling and
+training at mixed resolutions should help further.
 
-* ``relation`` -- two Gaussian blobs, one in each channel ("red", "blue"); four
-  classes: red left of / right of blue, times red above / below blue. Position is
-  the whole point: without a position encoding the patches are a bag.
-* ``shapes`` -- one filled shape (disk, square, triangle) at a random place and
-  size, rendered by 4x supersampling; position helps through the arrangement of
-  patches.
-* ``digits`` -- scikit-learn's 8x8 digits, resampled (bilinear, antialiased) to each
-  resolution (:func:`posenc.data.grid_tasks.digits_images`).
-
-The test images of every resolution are renderings of the *same* scenes (same
-blob centres, shapes, digits), so accuracies at different resolutions are paired.
+Here :class:`posenc.models.TinyViT` (2 x 2-pixel patches, CLS token) learns
+scikit-learn's 8 x 8 digits rendered at ``train_res`` pixels and is tested on the
+*same* held-out digits rendered at every resolution of ``test_res`` (bilinear
+resampling of the 8 x 8 originals, as the ``lff`` section's digits task does): the
+digit always fills the image, so a position encoding that maps the image to
+``[-1, 1]`` keeps each stroke at its coordinates, but the grid gets denser or
+coarser than in training (16 px: 8 x 8 patches; 12 px: 6 x 6; 32 px: 16 x 16). The
+arrangement of strokes carries the class (the variant without any position encoding
+is the floor that shows it), and no encoding is right by construction: the table is
+resampled, the sinusoids are evaluated at unseen positions, CAPE at positions it may
+have seen through its augmentation.
 
 Variants (the position encoding added to the patch embeddings):
 
-* ``none`` -- no position information (a floor);
+* ``none`` -- no position information (the floor);
 * ``table`` -- a learned ``G x G`` table (``G = train_res / patch``), resampled
-  bicubically to the test grid (the paper's baseline; timm's convention);
-* ``sine`` -- CAPE's 2D sinusoidal embedding of the patch centres in ``[-1, 1]``
-  without augmentation (the paper's ``sinpos``: same features, no augmentation);
-* ``cape`` -- the vision preset: global shift ``U[-0.5, 0.5]`` per axis, local
-  shift ``+-0.5`` patch spacings, global scale ``lambda in [1/1.4, 1.4]``;
+  bicubically to the test grid (the paper's ``abspos``; timm's convention);
+* ``sine`` -- CAPE's 2D sinusoids (the authors' convention) without augmentation
+  (the paper's ``sinpos``: the same features, nothing drawn);
+* ``cape`` -- the authors' vision setting: global shift ``U[-0.5, 0.5]`` per axis,
+  local shift ``+-1/n``, global scale ``lambda ~ U[0.7, 1.4]``;
 * ``cape_noscale`` -- ``cape`` without the global scaling;
-* ``cape_mixed`` -- ``cape`` trained on a resolution drawn per step from ``mixed_res``;
-* ``cape_half`` -- ``cape`` with every frequency halved (``freq_scale = pi / 2``): the
-  paper's lowest 2D frequency has a wavelength of one image side (2 in ``[-1, 1]``
-  units), so the sign of an offset longer than half a side (a third of a side after a
-  global scale of 1.4) is ambiguous at that frequency, while the blobs of ``relation``
-  lie up to 0.8 sides apart. Halving the frequencies tests whether that is what slows
-  CAPE down (a diagnostic of ours, not a setting of the paper).
+* ``cape_mixed`` -- ``cape`` trained on a resolution drawn per step from
+  ``mixed_res`` (ours: 0.75x, 1x and 1.25x the training resolution; the tests at
+  1.5x and 2x stay unseen).
 
-Every run reports its accuracy at the training resolution; a run below
-``converged_at`` there has not learned the task, and its transfer numbers are
-reported but not read as transfer (:func:`summarize`).
+Fairness: every variant gets the same model, steps, batches (the batch generator
+is seeded by the run's seed), learning rate (one rule for all, :data:`LR`, chosen
+on a validation split by :func:`choose_lr`) and **the same initial transformer**:
+the model without its encoding is built from the seed alone (:func:`build_model`),
+so same-seed runs of different variants differ only in the encoding.
+
+Every run records its validation accuracy at the training resolution every
+``eval_every`` steps and is *converged* when its evaluations over the last third of
+training lie within ``converge_tol`` (:func:`converged`). Each claim is a paired per-seed difference over every seed, at the
+equal budget, with a 95% t interval and its smallest detectable difference
+(:func:`detectable_difference`); the runs that had not converged are listed beside it.
+CAPE learns this task several times more slowly than the unaugmented encodings (its
+global shift removes the absolute position of the centred digits, so the model must
+learn the strokes' relative layout): the quick profile reads the claims at its budget
+and says which CAPE runs had not converged; the full profile trains four times longer.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ import dataclasses
 import functools
 import math
 import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -57,216 +65,258 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc.encodings import CAPEEncoding, LearnedTableEncoding
+from posenc.experiments.job import Job
 from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED, mean_std, paired_difference
 from posenc.models import TinyViT, TrainConfig, train
-from posenc.experiments.job import Job
 
-TASKS = ("relation", "shapes", "digits")
-VARIANTS = ("none", "table", "sine", "cape", "cape_noscale", "cape_mixed", "cape_half")
-NUM_CLASSES = {"relation": 4, "shapes": 3, "digits": 10}
-CHANNELS = {"relation": 2, "shapes": 1, "digits": 1}
+VARIANTS = ("none", "table", "sine", "cape", "cape_noscale", "cape_mixed")
+NUM_CLASSES = 10
+#: The peak AdamW learning rate of every run (warm-up, cosine to 10%), chosen by
+#: :func:`choose_lr` on the full profile's sweep (``docs/cape.md``).
+LR = 3e-3
+#: The sweep's candidates (a factor-2 grid around the rate the other sections use).
+LR_GRID = (1.5e-3, 3e-3, 6e-3)
+#: Share of the training images held out as the validation split (a seeded permutation).
+VAL_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
 class ResolutionConfig:
-    """One TinyViT run of one variant on one task: trained at ``train_res``, tested at each ``test_res``.
+    """One TinyViT run of one variant: trained at ``train_res``, tested at each ``test_res``.
 
     Resolutions are image sides in pixels, multiples of ``patch``.
     """
 
     variant: str = "cape"
-    task: str = "relation"
     seed: int = 0
-    train_res: int = 12
-    test_res: tuple[int, ...] = (6, 8, 12, 18, 24)
-    mixed_res: tuple[int, ...] = (8, 12, 16)  # cape_mixed draws its training resolution from these
+    train_res: int = 16
+    test_res: tuple[int, ...] = (12, 16, 20, 24, 32)
+    mixed_res: tuple[int, ...] = (12, 16, 20)  # cape_mixed draws its training resolution from these
     patch: int = 2
     dim: int = 32
     depth: int = 2
-    heads: int = 2
-    steps: int = 900
+    heads: int = 4
+    steps: int = 1000
     batch: int = 32
-    lr: float = 3e-3
-    eval_size: int = 256
-    max_global_shift: float = 0.5  # the vision preset (REFERENCES.md §3)
-    max_local_shift: float = 0.5
-    max_global_scaling: float = 1.4
-    blob_sigma: float = 0.2  # relation: blob width in [-1, 1] units
-    min_gap: float = 0.25  # relation: smallest |dx| and |dy| between the blobs
-    converged_at: float = 0.95
+    lr: float = LR
+    eval_every: int = 100
+    converge_tol: float = 0.03
     threads: int = 1
 
 
 # ------------------------------------------------------------------ data
-def pixel_centres(res: int, supersample: int = 1) -> torch.Tensor:
-    """Centres of ``res * supersample`` pixels along one axis of ``[-1, 1]``: ``(res * supersample,)``."""
-    n = res * supersample
-    return -1.0 + (2.0 * torch.arange(n, dtype=torch.float32) + 1.0) / n
+@functools.lru_cache(maxsize=1)
+def digits_splits() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """scikit-learn's 8 x 8 digits: ``{"fit", "val", "test"}`` -> ``(images (n, 1, 8, 8) in [0, 1], labels)``.
 
-
-def sample_scenes(task: str, n: int, cfg: ResolutionConfig, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Resolution-free descriptions of ``n`` images (rendered by :func:`render`)."""
-    if task == "relation":
-        # two centres in [-0.7, 0.7]^2, at least min_gap apart along each axis
-        red = (torch.rand(n, 2, generator=generator) * 2 - 1) * 0.7
-        gap = cfg.min_gap + torch.rand(n, 2, generator=generator) * (1.4 - cfg.min_gap)
-        sign = torch.where(torch.rand(n, 2, generator=generator) < 0.5, -1.0, 1.0)
-        blue = red + sign * gap
-        # reflect out-of-range partners to the other side (keeps the gap)
-        blue = torch.where(blue.abs() > 0.7, red - sign * gap, blue)
-        blue = blue.clamp(-0.9, 0.9)
-        # label: 2 * (red left of blue) + (red above blue); rows grow downwards
-        label = 2 * (red[:, 1] < blue[:, 1]).long() + (red[:, 0] < blue[:, 0]).long()
-        return {"red": red, "blue": blue, "label": label}
-    if task == "shapes":
-        label = torch.randint(3, (n,), generator=generator)
-        size = 0.3 + 0.25 * torch.rand(n, generator=generator)  # half-size in [-1, 1] units
-        centre = (torch.rand(n, 2, generator=generator) * 2 - 1) * (0.95 - size)[:, None]
-        return {"centre": centre, "size": size, "label": label}
-    if task == "digits":
-        return {"index": torch.randint(1 << 30, (n,), generator=generator)}
-    raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
-
-
-@functools.lru_cache(maxsize=2)
-def _digits(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ``test`` is :func:`posenc.data.grid_tasks.digits_images`' held-out quarter (449 images);
+    its training part is split once more into ``fit`` and ``val`` (:data:`VAL_FRACTION`).
+    """
     from posenc.data.grid_tasks import digits_images
 
     d = digits_images(upsample=1, seed=0)
-    return d[f"x_{split}"], d[f"y_{split}"]
+    perm = torch.randperm(len(d["y_train"]), generator=torch.Generator().manual_seed(1))
+    n_val = int(round(len(perm) * VAL_FRACTION))
+    val, fit = perm[:n_val], perm[n_val:]
+    return {"fit": (d["x_train"][fit], d["y_train"][fit]), "val": (d["x_train"][val], d["y_train"][val]),
+            "test": (d["x_test"], d["y_test"])}
 
 
-def render(task: str, scenes: dict[str, torch.Tensor], res: int, cfg: ResolutionConfig,
-           split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
-    """``(images (n, C, res, res), labels (n,))`` of ``scenes`` at ``res`` pixels a side."""
-    if task == "digits":
-        x, y = _digits(split)
-        idx = scenes["index"] % len(y)
-        img = F.interpolate(x[idx], size=(res, res), mode="bilinear", align_corners=False, antialias=True)
-        return img, y[idx]
-    if task == "relation":
-        c = pixel_centres(res)
-        rows, cols = c[None, :, None], c[None, None, :]
-
-        def blob(p: torch.Tensor) -> torch.Tensor:
-            d2 = (rows - p[:, 0, None, None]) ** 2 + (cols - p[:, 1, None, None]) ** 2
-            return torch.exp(-d2 / (2 * cfg.blob_sigma**2))
-
-        return torch.stack((blob(scenes["red"]), blob(scenes["blue"])), dim=1), scenes["label"]
-    if task == "shapes":
-        s = 4  # supersampling factor: soft edges at every resolution
-        c = pixel_centres(res, s)
-        dy = (c[None, :, None] - scenes["centre"][:, 0, None, None]) / scenes["size"][:, None, None]
-        dx = (c[None, None, :] - scenes["centre"][:, 1, None, None]) / scenes["size"][:, None, None]
-        disk = dx**2 + dy**2 <= 1.0
-        square = (dx.abs() <= 0.8) & (dy.abs() <= 0.8)
-        triangle = (dy <= 0.8) & (dy >= 2.0 * dx.abs() - 1.0)  # apex up, base at the bottom
-        lab = scenes["label"][:, None, None]
-        inside = torch.where(lab == 0, disk, torch.where(lab == 1, square, triangle)).float()
-        img = F.avg_pool2d(inside[:, None], s)
-        return img, scenes["label"]
-    raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+def render(images: torch.Tensor, res: int) -> torch.Tensor:
+    """8 x 8 digits ``(n, 1, 8, 8)`` rendered at ``res x res`` (bilinear, antialiased when shrinking)."""
+    if images.shape[-1] == res:
+        return images
+    return F.interpolate(images, size=(res, res), mode="bilinear", align_corners=False, antialias=True)
 
 
 # ------------------------------------------------------------------ model
-def build_model(cfg: ResolutionConfig) -> TinyViT:
-    """The TinyViT of ``cfg.variant`` (seeded by ``cfg.seed``)."""
+def check_config(cfg: ResolutionConfig) -> None:
     if cfg.variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {cfg.variant!r}")
-    if cfg.task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}")
     for r in (cfg.train_res, *cfg.test_res, *cfg.mixed_res):
         if r % cfg.patch:
             raise ValueError(f"resolutions must be multiples of patch={cfg.patch}, got {r}")
-    torch.manual_seed(cfg.seed)
+
+
+def build_encoding(cfg: ResolutionConfig) -> tuple[nn.Module | None, str]:
+    """The position encoding of ``cfg.variant`` and the patch positions it takes (``"index"``/``"continuous"``)."""
     v, d = cfg.variant, cfg.dim
-    encoding: nn.Module | None = None
-    positions = "continuous"
+    if v == "none":
+        return None, "continuous"
     if v == "table":
         g = cfg.train_res // cfg.patch
-        encoding = LearnedTableEncoding(in_dim=2, grid_size=(g, g), num_features=d, interpolation="bicubic",
-                                        seed=cfg.seed)
-        positions = "index"
-    elif v != "none":
-        on = v != "sine"
-        encoding = CAPEEncoding(
-            in_dim=2, num_features=d, preset="vision",
-            max_global_shift=cfg.max_global_shift if on else 0.0,
-            max_local_shift=cfg.max_local_shift if on else 0.0,
-            max_global_scaling=cfg.max_global_scaling if on and v != "cape_noscale" else 1.0,
-            freq_scale=math.pi / 2 if v == "cape_half" else None, seed=cfg.seed,
-        )
-    return TinyViT(in_channels=CHANNELS[cfg.task], num_classes=NUM_CLASSES[cfg.task], patch_size=cfg.patch, dim=d,
-                   depth=cfg.depth, num_heads=cfg.heads, encoding=encoding, positions=positions, cls_token=True,
-                   seed=cfg.seed)
+        return LearnedTableEncoding(in_dim=2, grid_size=(g, g), num_features=d, interpolation="bicubic",
+                                    seed=cfg.seed), "index"
+    if v == "sine":
+        return CAPEEncoding(in_dim=2, num_features=d, max_global_shift=0.0, max_local_shift=0.0,
+                            max_global_scaling=1.0), "continuous"
+    kw = {"max_global_scaling": 1.0} if v == "cape_noscale" else {}
+    return CAPEEncoding(in_dim=2, num_features=d, preset="vision", seed=cfg.seed, **kw), "continuous"
+
+
+def build_model(cfg: ResolutionConfig) -> TinyViT:
+    """The TinyViT of ``cfg.variant``; its transformer's initial weights depend on ``cfg.seed`` only.
+
+    The model is built without an encoding from a generator seeded by ``cfg.seed`` (torch's
+    global RNG is forked, not disturbed), then the variant's encoding (seeded on its own) is
+    attached, so same-seed runs of different variants start from identical weights.
+    """
+    check_config(cfg)
+    encoding, kind = build_encoding(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = TinyViT(in_channels=1, num_classes=NUM_CLASSES, patch_size=cfg.patch, dim=cfg.dim,
+                        depth=cfg.depth, num_heads=cfg.heads, encoding=None, positions=kind, cls_token=True,
+                        seed=cfg.seed)
+    if encoding is not None:
+        if encoding.out_dim != cfg.dim:  # pragma: no cover - build_encoding gives dim
+            raise ValueError(f"encoding out_dim {encoding.out_dim} != dim {cfg.dim}")
+        model.encoder.encoding = encoding
+    return model
+
+
+def trunk_state(model: TinyViT) -> dict[str, torch.Tensor]:
+    """The model's parameters and buffers outside its position encoding."""
+    return {k: v for k, v in model.state_dict().items() if not k.startswith("encoder.encoding.")}
 
 
 @torch.no_grad()
-def accuracy_by_resolution(model: nn.Module, cfg: ResolutionConfig) -> dict[str, float]:
-    """Accuracy on ``eval_size`` held-out scenes rendered at each test resolution (eval mode)."""
+def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, res: int, chunk: int = 128) -> float:
+    """Accuracy on ``images`` (8 x 8) rendered at ``res`` (evaluation mode)."""
     model.eval()
-    scenes = sample_scenes(cfg.task, cfg.eval_size, cfg, torch.Generator().manual_seed(10_000 + cfg.seed))
-    out = {}
-    for res in sorted(set(cfg.test_res) | {cfg.train_res}):
-        x, y = render(cfg.task, scenes, res, cfg, split="test")
-        out[str(res)] = float((model(x).argmax(-1) == y).float().mean())
-    return out
+    x = render(images, res)
+    correct = sum(int((model(x[i:i + chunk]).argmax(-1) == labels[i:i + chunk]).sum())
+                  for i in range(0, len(labels), chunk))
+    return correct / len(labels)
+
+
+def converged(curve: list[list[float]], steps: int, tol: float) -> bool:
+    """Whether the validation accuracy stayed within ``tol`` over the last third of training.
+
+    ``curve`` holds ``[step, accuracy]`` pairs; the evaluations at or after ``2/3 * steps``
+    (at least three of them) must lie within ``tol`` of each other.
+    """
+    tail = [acc for step, acc in curve if step >= 2 * steps / 3]
+    return len(tail) >= 3 and max(tail) - min(tail) <= tol + 1e-12  # slack for float rounding
 
 
 def run_resolution(cfg: ResolutionConfig) -> dict:
     """Train one variant at ``train_res`` (or mixed resolutions) and test it at every ``test_res``."""
+    check_config(cfg)
     old = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
+    cpu0 = time.process_time()
     try:
         model = build_model(cfg)
-        mixed = cfg.variant == "cape_mixed"
+        splits = digits_splits()
+        x_fit, y_fit = splits["fit"]
+        x_val, y_val = splits["val"]
+        x_test, y_test = splits["test"]
+        train_res = cfg.mixed_res if cfg.variant == "cape_mixed" else (cfg.train_res,)
+        rendered = {r: render(x_fit, r) for r in train_res}
 
         def sample(step: int, gen: torch.Generator):
-            res = cfg.mixed_res[int(torch.randint(len(cfg.mixed_res), (1,), generator=gen))] if mixed else cfg.train_res
-            return render(cfg.task, sample_scenes(cfg.task, cfg.batch, cfg, gen), res, cfg)
+            r = train_res[int(torch.randint(len(train_res), (1,), generator=gen))] if len(train_res) > 1 else train_res[0]
+            idx = torch.randint(len(y_fit), (cfg.batch,), generator=gen)
+            return rendered[r][idx], y_fit[idx]
 
         def loss_fn(net: nn.Module, batch):
-            x, y = batch
-            logits = net(x)
-            return F.cross_entropy(logits, y), {"acc": float((logits.argmax(-1) == y).float().mean())}
+            return F.cross_entropy(net(batch[0]), batch[1]), {}
+
+        def evaluate(net: nn.Module) -> dict:
+            return {"val_acc": accuracy(net, x_val, y_val, cfg.train_res)}
 
         hist = train(model, sample, loss_fn, TrainConfig(steps=cfg.steps, lr=cfg.lr, seed=cfg.seed,
-                                                         threads=cfg.threads))
-        acc = accuracy_by_resolution(model, cfg)
-        train_acc = acc[str(cfg.train_res)]
+                                                         threads=cfg.threads, eval_every=cfg.eval_every),
+                     evaluate=evaluate)
+        val_curve = [[e["step"], e["val_acc"]] for e in hist["evals"]]
+        acc = {str(r): accuracy(model, x_test, y_test, r) for r in sorted(set(cfg.test_res) | {cfg.train_res})}
+        curve = hist["loss"]
+        k = max(1, len(curve) // 50)
         return {
-            "variant": cfg.variant, "task": cfg.task, "seed": cfg.seed, "train_res": cfg.train_res,
-            "accuracy": acc, "train_accuracy": train_acc, "converged": train_acc >= cfg.converged_at,
-            "final_loss": hist["loss"][-1], "loss_curve": hist["loss"][:: max(1, cfg.steps // 50)],
-            "seconds": hist["seconds"],
+            "variant": cfg.variant, "seed": cfg.seed, "train_res": cfg.train_res, "lr": cfg.lr,
+            "accuracy": acc, "train_accuracy": acc[str(cfg.train_res)], "val_accuracy": val_curve[-1][1],
+            "val_curve": val_curve, "converged": converged(val_curve, cfg.steps, cfg.converge_tol),
+            "converge_tol": cfg.converge_tol, "steps": cfg.steps,
+            "final_loss": statistics.fmean(curve[-k:]),
+            "loss_curve": [statistics.fmean(curve[i:i + k]) for i in range(0, len(curve), k)],
+            "seconds": hist["seconds"], "cpu_seconds": time.process_time() - cpu0,
         }
     finally:
         torch.set_num_threads(old)
 
 
+def run_sweep(cfg: ResolutionConfig) -> dict:
+    """One learning-rate sweep point: validation accuracy at the training resolution (no test data read)."""
+    out = run_resolution(dataclasses.replace(cfg, test_res=(cfg.train_res,)))
+    return {"sweep": True, "variant": cfg.variant, "seed": cfg.seed, "lr": cfg.lr,
+            "val_accuracy": out["val_accuracy"], "converged": out["converged"], "seconds": out["seconds"],
+            "cpu_seconds": out["cpu_seconds"]}
+
+
 # ------------------------------------------------------------------ plan
-QUICK_TASKS = ("relation",)
-QUICK = ResolutionConfig()
-FULL = ResolutionConfig(steps=1500, eval_size=512, train_res=16, test_res=(8, 12, 16, 24, 32, 48),
-                        mixed_res=(12, 16, 20))
+#: quick: 4 seeds, 1,000 steps at 16 px, tested at 12-32 px; full: 8 seeds, 4,000 steps, tested at
+#: 12-32 px, and the learning-rate sweep (one seed per variant and candidate, 4,000 steps).
+PROFILES = {
+    "quick": {"seeds": 4, "base": ResolutionConfig(), "sweep_seeds": 0},  # eval every 100 of 1,000 steps
+    "full": {"seeds": 8, "base": ResolutionConfig(steps=4000, eval_every=400,
+                                                  test_res=(12, 14, 16, 20, 24, 28, 32)),
+             "sweep_seeds": 1},
+}
 
 
 def plan(profile: str, seeds: int | None = None) -> list[Job]:
-    """quick: the relation task, every variant, 2 seeds, 900 steps at 12 px (tested at 6-24 px);
-    full: every task, 5 seeds, 1,500 steps at 16 px (tested at 8-48 px)."""
-    if profile == "quick":
-        tasks, n_seeds, base = QUICK_TASKS, seeds or 2, QUICK
-    elif profile == "full":
-        tasks, n_seeds, base = TASKS, seeds or 5, FULL
-    else:
-        raise ValueError(f"profile must be 'quick' or 'full', got {profile!r}")
+    """Jobs of the ``quick`` or ``full`` profile (``seeds`` overrides the seed count of the main runs)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(map(repr, PROFILES))}, got {profile!r}")
+    p = PROFILES[profile]
+    base: ResolutionConfig = p["base"]
     jobs = []
-    for task in tasks:
+    for s in range(seeds or p["seeds"]):
         for v in VARIANTS:
-            for s in range(n_seeds):
-                cfg = dataclasses.replace(base, variant=v, task=task, seed=s)
-                jobs.append(Job(f"{task}.{v}.s{s}", run_resolution, cfg))
+            cost = 1.4 if v == "cape_mixed" else 1.0
+            jobs.append(Job(f"digits.{v}.s{s}", run_resolution, dataclasses.replace(base, variant=v, seed=s),
+                            cost=cost))
+    for s in range(p["sweep_seeds"]):
+        for lr in LR_GRID:
+            for v in VARIANTS:
+                cfg = dataclasses.replace(base, variant=v, seed=100 + s, lr=lr)
+                jobs.append(Job(f"sweep.lr={lr:g}.{v}.s{s}", run_sweep, cfg, cost=0.9))
     return jobs
+
+
+# ------------------------------------------------------------------ statistics
+def detectable_difference(diffs: list[float], level: float = 0.95, power: float = 0.8) -> float | None:
+    """The smallest true mean difference these paired seeds detect with probability ``power``.
+
+    ``(t_{(1 + level)/2, n-1} + t_{power, n-1}) * s / sqrt(n)``, with ``s`` the sample standard
+    deviation of the per-seed differences (the usual normal-theory approximation with the
+    observed spread). ``None`` with fewer than two differences.
+    """
+    if len(diffs) < 2:
+        return None
+    from scipy.stats import t
+
+    n = len(diffs)
+    return float((t.ppf((1 + level) / 2, n - 1) + t.ppf(power, n - 1)) * statistics.stdev(diffs) / math.sqrt(n))
+
+
+def choose_lr(results: dict[str, dict]) -> dict | None:
+    """The learning-rate rule: the candidate with the highest validation accuracy at the training
+    resolution, averaged over every variant and sweep seed (one rate for all variants)."""
+    by_lr: dict[float, list[float]] = {}
+    per: dict[float, dict[str, list[float]]] = {}
+    for r in results.values():
+        if r.get("sweep"):
+            by_lr.setdefault(r["lr"], []).append(r["val_accuracy"])
+            per.setdefault(r["lr"], {}).setdefault(r["variant"], []).append(r["val_accuracy"])
+    if not by_lr:
+        return None
+    means = {lr: statistics.fmean(v) for lr, v in by_lr.items()}
+    best = max(sorted(means), key=lambda lr: means[lr])
+    return {"chosen": best, "mean_val_accuracy": {f"{lr:g}": m for lr, m in sorted(means.items())},
+            "per_variant": {f"{lr:g}": {v: statistics.fmean(a) for v, a in per[lr].items()} for lr in sorted(per)},
+            "used": LR, "agrees": math.isclose(best, LR)}
 
 
 # ------------------------------------------------------------------ summary
@@ -276,86 +326,82 @@ def away_accuracy(acc: dict[str, float], train_res: int) -> float:
     return statistics.fmean(vals) if vals else math.nan
 
 
-def _runs(results: dict[str, dict]) -> dict[str, dict[str, dict[int, dict]]]:
-    """``{task: {variant: {seed: result}}}``."""
-    out: dict[str, dict[str, dict[int, dict]]] = {}
+def _runs(results: dict[str, dict]) -> dict[str, dict[int, dict]]:
+    """``{variant: {seed: result}}`` of the main runs."""
+    out: dict[str, dict[int, dict]] = {}
     for r in results.values():
-        out.setdefault(r["task"], {}).setdefault(r["variant"], {})[r["seed"]] = r
+        if isinstance(r, dict) and not r.get("sweep") and "variant" in r:
+            out.setdefault(r["variant"], {})[r["seed"]] = r
     return out
 
 
-def compare(by: dict, task: str, method: str, baseline: str, metric: str, direction: str = "greater",
+def metric_value(run: dict, metric: str) -> float:
+    """``"train"``: accuracy at the training resolution; ``"away"``: mean over the others."""
+    return run["train_accuracy"] if metric == "train" else away_accuracy(run["accuracy"], run["train_res"])
+
+
+def compare(by: dict[str, dict[int, dict]], method: str, baseline: str, metric: str, direction: str = "greater",
             margin: float = 0.0) -> dict | None:
-    """Paired per-seed difference of ``metric`` (``"train"`` or ``"away"``) between two variants of a task.
+    """Paired per-seed difference of ``metric`` between two variants at the equal budget.
 
-    A transfer comparison (``"away"``) is read only when both variants learned the task at
-    the training resolution on every seed (``none``, the no-position floor, is exempt: it is
-    not expected to learn a positional task); otherwise its verdict is "not confirmed".
+    Every seed both variants ran is paired; the runs that had not converged are listed
+    (``"not_converged"``: ``{variant: [seeds]}``) and named in ``"note"``, so a verdict read
+    from a run still learning is marked as such.
     """
-    rows = by.get(task, {})
-    if method not in rows or baseline not in rows:
+    if method not in by or baseline not in by:
         return None
-
-    def values(v: str) -> dict[int, float]:
-        return {s: (r["train_accuracy"] if metric == "train" else away_accuracy(r["accuracy"], r["train_res"]))
-                for s, r in rows[v].items()}
-
-    diff = paired_difference(values(method), values(baseline), direction=direction, margin=margin)
-    learned = {v: all(r["converged"] for r in rows[v].values()) for v in (method, baseline)}
-    diff.update({"task": task, "method": method, "baseline": baseline, "metric": metric, "learned": learned})
-    needed = [v for v in (method, baseline) if v != "none"]
-    if metric == "away" and not all(learned[v] for v in needed):
-        diff["verdict"], diff["holds"] = NOT_CONFIRMED, False
-        diff["note"] = "not learned at the training resolution: " + ", ".join(v for v in needed if not learned[v])
+    seeds = sorted(set(by[method]) & set(by[baseline]))
+    diff = paired_difference({s: metric_value(by[method][s], metric) for s in seeds},
+                             {s: metric_value(by[baseline][s], metric) for s in seeds},
+                             direction=direction, margin=margin)
+    nc = {v: [s for s in seeds if not by[v][s]["converged"]] for v in (method, baseline)}
+    nc = {v: ss for v, ss in nc.items() if ss}
+    diff.update({"method": method, "baseline": baseline, "metric": metric, "seeds": seeds,
+                 "not_converged": nc, "detectable": detectable_difference(diff["diffs"])})
+    if nc:
+        diff["note"] = "read at the equal budget; not converged: " + "; ".join(
+            f"{v} on {len(ss)} of {len(seeds)} seeds" for v, ss in nc.items())
     return diff
 
 
 #: claim -> (method, baseline, metric, direction, margin)
-CLAIMS: dict[str, list[tuple[str, str, str, str, float]]] = {
-    "cape_matches_sine_at_train_res": [("cape", "sine", "train", "equal", 0.02),
-                                       ("cape_half", "sine", "train", "equal", 0.02)],
-    "cape_degrades_less_than_sine": [("cape", "sine", "away", "greater", 0.0),
-                                     ("cape_half", "sine", "away", "greater", 0.0)],
-    "cape_beats_table_away": [("cape", "table", "away", "greater", 0.0),
-                              ("cape_half", "table", "away", "greater", 0.0)],
-    "cape_beats_none_away": [("cape", "none", "away", "greater", 0.0),
-                             ("cape_half", "none", "away", "greater", 0.0)],
-    "scaling_helps_resolution_transfer": [("cape", "cape_noscale", "away", "greater", 0.0)],
-    "mixed_resolutions_help": [("cape_mixed", "cape", "away", "greater", 0.0)],
-    "halved_frequencies_learn_better": [("cape_half", "cape", "train", "greater", 0.0)],
+CLAIMS: dict[str, tuple[str, str, str, str, float]] = {
+    "task_needs_position": ("sine", "none", "train", "greater", 0.0),
+    "cape_matches_sine_at_train_res": ("cape", "sine", "train", "equal", 0.02),
+    "cape_degrades_less_than_sine": ("cape", "sine", "away", "greater", 0.0),
+    "cape_beats_table_away": ("cape", "table", "away", "greater", 0.0),
+    "scaling_helps_resolution_transfer": ("cape", "cape_noscale", "away", "greater", 0.0),
+    "mixed_resolutions_help": ("cape_mixed", "cape", "away", "greater", 0.0),
 }
 
 
 def summarize(results: dict[str, dict]) -> dict:
-    """Accuracy per (task, variant, resolution), convergence, and the claims as paired per-seed differences."""
+    """Accuracy per (variant, resolution), convergence, the claims, and the learning-rate sweep."""
     by = _runs(results)
     table: dict[str, dict] = {}
-    for task, rows in by.items():
-        table[task] = {}
-        for v, runs in rows.items():
-            res = sorted({int(r) for run in runs.values() for r in run["accuracy"]})
-            table[task][v] = {
-                "accuracy": {str(r): mean_std([run["accuracy"].get(str(r)) for run in runs.values()]) for r in res},
-                "away": mean_std([away_accuracy(run["accuracy"], run["train_res"]) for run in runs.values()]),
-                "converged": sum(bool(run["converged"]) for run in runs.values()), "seeds": len(runs),
-            }
+    for v in (v for v in VARIANTS if v in by):
+        runs = by[v]
+        res = sorted({int(r) for run in runs.values() for r in run["accuracy"]})
+        table[v] = {
+            "accuracy": {str(r): mean_std([run["accuracy"].get(str(r)) for run in runs.values()]) for r in res},
+            "away": mean_std([away_accuracy(run["accuracy"], run["train_res"]) for run in runs.values()]),
+            "val": mean_std([run["val_accuracy"] for run in runs.values()]),
+            "converged": sum(bool(run["converged"]) for run in runs.values()), "seeds": len(runs),
+            "not_converged": sorted(s for s, run in runs.items() if not run["converged"]),
+        }
     claims = {}
-    for name, specs in CLAIMS.items():
-        comps = [c for task in TASKS for spec in specs
-                 if (c := compare(by, task, spec[0], spec[1], spec[2], spec[3], spec[4])) is not None]
-        if not comps:
-            continue
-        verdicts = [c["verdict"] for c in comps]
-        counts = {v: verdicts.count(v) for v in (HOLDS, NOT_CONFIRMED, CONTRADICTED)}
-        headline = verdicts[0] if len(comps) == 1 else (
-            f"holds in {counts[HOLDS]} of {len(comps)} comparisons "
-            f"({counts[NOT_CONFIRMED]} not confirmed, {counts[CONTRADICTED]} contradicted)")
-        claims[name] = {"verdict": headline, "holds": counts[HOLDS] == len(comps), "comparisons": comps,
-                        "counts": counts}
-    not_learned = {task: {v: f"{row['converged']}/{row['seeds']}" for v, row in rows.items()
-                          if row["converged"] < row["seeds"]} for task, rows in table.items()}
-    curves = {task: {v: [r["loss_curve"] for r in runs.values()] for v, runs in rows.items()} for task, rows in by.items()}
-    first = next(iter(results.values()), None)
-    return {"table": table, "claims": claims, "not_learned": not_learned, "curves": curves,
-            "train_res": first["train_res"] if first else None,
-            "seeds": max((len(runs) for rows in by.values() for runs in rows.values()), default=0)}
+    for name, spec in CLAIMS.items():
+        c = compare(by, *spec)
+        if c is not None:
+            claims[name] = c
+    curves = {v: {"val": [r["val_curve"] for r in runs.values()], "loss": [r["loss_curve"] for r in runs.values()]}
+              for v, runs in by.items()}
+    first = next((r for runs in by.values() for r in runs.values()), None)
+    cpu = [r.get("cpu_seconds") for r in results.values() if isinstance(r, dict)]
+    return {"table": table, "claims": claims, "curves": curves, "lr": choose_lr(results),
+            "cpu_seconds": sum(c for c in cpu if c) if any(cpu) else None,
+            "train_res": first["train_res"] if first else None, "used_lr": first["lr"] if first else None,
+            "converge_tol": first.get("converge_tol") if first else None, "steps": first.get("steps") if first else None,
+            "seeds": max((len(runs) for runs in by.values()), default=0),
+            "verdicts": {v: sum(c["verdict"] == v for c in claims.values()) for v in (HOLDS, NOT_CONFIRMED,
+                                                                                     CONTRADICTED)}}

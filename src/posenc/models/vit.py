@@ -10,7 +10,8 @@ Patch positions are given to the encoding as one of:
 
 * ``"index"``: integer ``(row, col)`` grid indices (learned tables, sinusoidal);
 * ``"continuous"``: patch centres mapped to ``[-1, 1]`` per axis at every
-  resolution (LFF, coordinate MLPs; the convention CAPE uses for 2D), or to the
+  resolution (LFF, coordinate MLPs), ``linspace(-1, 1, n)`` per axis for an
+  encoding that asks for it (``grid_endpoint``: CAPE 2D, as its authors' code), or to the
   encoding's own ``domain`` when it has one (the coordinate encodings of
   :mod:`posenc.encodings.basis` / ``fourier``, ``[0, 1)`` by default), so any
   posenc encoding works in a ViT without an argument.
@@ -33,7 +34,7 @@ from posenc.models.transformer import AttentionFactory, TransformerEncoder
 
 
 def patch_positions(rows: int, cols: int, kind: str = "index", *, domain: tuple[float, float] = (-1.0, 1.0),
-                    device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                    endpoint: bool = False, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Positions of a ``rows x cols`` patch grid, row-major: ``(rows * cols, 2)``.
 
     Args:
@@ -43,6 +44,9 @@ def patch_positions(rows: int, cols: int, kind: str = "index", *, domain: tuple[
         domain: ``(low, high)`` of the continuous positions: ``[-1, 1]`` by default (the
             convention of CAPE and LFF); :class:`TinyViT` passes a coordinate encoding's own
             ``domain`` (``[0, 1)`` by default, Zheng et al.'s convention) so the two fit together.
+        endpoint: continuous positions as ``linspace(low, high, n)`` per axis, endpoints
+            included (CAPE's 2D grid in its authors' code; a single patch sits at the
+            centre) instead of patch centres.
     """
     check_positive_int("rows", rows)
     check_positive_int("cols", cols)
@@ -53,7 +57,12 @@ def patch_positions(rows: int, cols: int, kind: str = "index", *, domain: tuple[
     if kind == "index":
         return grid
     low, high = check_domain("domain", domain)
+    if not isinstance(endpoint, bool):
+        raise TypeError(f"endpoint must be a bool, got {type(endpoint).__name__}")
     sizes = torch.tensor([rows, cols], device=device, dtype=torch.float64)
+    if endpoint:  # linspace(low, high, n); n = 1 -> the centre
+        frac = torch.where(sizes > 1, grid.double() / (sizes - 1).clamp_min(1), torch.full_like(sizes, 0.5))
+        return (low + (high - low) * frac).to(dtype)
     return (low + (high - low) * (grid.double() + 0.5) / sizes).to(dtype)
 
 
@@ -130,7 +139,7 @@ class TinyViT(nn.Module):
         pos_feats = None
         # patch positions always reach the attention (relative encodings such as 2D RoPE read them)
         pos = patch_positions(rows, cols, self.positions_kind, domain=getattr(enc, "domain", (-1.0, 1.0)),
-                              device=x.device, dtype=x.dtype)
+                              endpoint=bool(getattr(enc, "grid_endpoint", False)), device=x.device, dtype=x.dtype)
         if enc is not None:
             if hasattr(enc, "table"):
                 pos_feats = enc.table((rows, cols))
