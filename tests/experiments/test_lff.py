@@ -79,6 +79,7 @@ def test_run_grid_and_digits_tiny_are_json_and_deterministic():
     dig = lff.run_digits(lff.DigitsConfig(encoding="table2d", **TINY_DIGITS))
     assert [e["step"] for e in dig["evals"]] == [2, 4] and 0 <= dig["final_acc"] <= 1
     assert {"val_acc", "val_loss", "test_acc", "test_loss"} <= set(dig["evals"][-1])
+    assert 0 < dig["cpu_seconds"] and 0 < res["cpu_seconds"]
     assert dig["val_acc"] == dig["evals"][-1]["val_acc"] and dig["final_acc"] == dig["evals"][-1]["test_acc"]
     assert {"val_bce", "test_bce", "val_bacc"} <= set(res["evals"][-1]) and res["final_bce"] == res["evals"][-1]["test_bce"]
     json.dumps(dig)
@@ -198,7 +199,8 @@ def _fake(task, enc, seed, value, converged=True, lr=None):
              for i, r in enumerate(rise)]
     base = {"task": task, "encoding": enc, "seed": seed, "lr": lr or lff.LR[task],
             "loss_curve": [[1, 1.0], [2, value]], "evals": evals,
-            "auc_loss": 1 - value, "converged": True, "w_r_change": 0.1 if enc == "lff_mlp" else None}
+            "auc_loss": 1 - value, "converged": True, "w_r_change": 0.1 if enc == "lff_mlp" else None,
+            "cpu_seconds": 2.5}
     if task == "digits":
         return {**base, "final_acc": value, "final_test_loss": 1 - value, "val_acc": value}
     iso = {"distance": [0.5], "axis": [0.5], "diagonal": [0.5 - (1 - value) / 10], "anisotropy": (1 - value) / 10}
@@ -241,6 +243,7 @@ def test_summary_pairs_seeds_and_reads_verdicts(tmp_path):
     md = render(summary, _save(tmp_path, saved))
     assert saved == ["curves", "isotropy"]
     assert "+0.300 [+0.300, +0.300] (n = 4)" in md and "Every run converged." in md
+    assert summary["cost"] == {"runs": 32, "timed": 32, "cpu_seconds": 80.0} and "80 s of CPU" in md
     assert "**holds**" in md and "**contradicted**" in md and "δ₈₀" in md
     assert set(COLORS) == set(lff.ENCODINGS)
 

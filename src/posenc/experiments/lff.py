@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -330,6 +331,7 @@ def build_grid_model(cfg: GridConfig) -> TransformerEncoder:
 
 def run_digits(cfg: DigitsConfig) -> dict:
     """Train a TinyViT on the digits with one encoding; curves, validation and test scores, W_r change."""
+    cpu0 = time.process_time()
     torch.set_num_threads(cfg.threads)
     data = _digits_split(cfg)
     model = build_digits_model(cfg)
@@ -373,6 +375,7 @@ def run_digits(cfg: DigitsConfig) -> dict:
         "converged": converged(hist["evals"], metric, CONVERGENCE_TOL["digits"], VAL_METRIC["digits"][1]),  # as run
         "w_r_change": _w_r_change(enc, w0),
         "seconds": hist["seconds"],
+        "cpu_seconds": time.process_time() - cpu0,  # this process's CPU time for the whole run
     }
 
 
@@ -391,6 +394,7 @@ def _grid_eval(model: TransformerEncoder, name: str, cfg: GridConfig, grid: int,
 
 def run_grid(cfg: GridConfig) -> dict:
     """Train on the grid disk task; validate, test at the training grid and at finer grids; isotropy."""
+    cpu0 = time.process_time()
     torch.set_num_threads(cfg.threads)
     name = cfg.encoding
     model = build_grid_model(cfg)
@@ -442,6 +446,7 @@ def run_grid(cfg: GridConfig) -> dict:
         "anisotropy": iso["anisotropy"] if iso else None,
         "w_r_change": _w_r_change(enc, w0),
         "seconds": hist["seconds"],
+        "cpu_seconds": time.process_time() - cpu0,  # this process's CPU time for the whole run
     }
 
 
@@ -651,8 +656,11 @@ def summarize(results: dict[str, dict]) -> dict:
         claims[claim] = {"metric": key, "direction": direction, "task": task, "vs": per_base,
                          "verdict": summary_line}
     n_seeds = max((len(s) for by in runs.values() for s in by.values()), default=0)
+    every = [r for r in results.values() if isinstance(r, dict) and "task" in r]
+    cpu = [r["cpu_seconds"] for r in every if isinstance(r.get("cpu_seconds"), (int, float))]
+    cost = {"runs": len(every), "timed": len(cpu), "cpu_seconds": sum(cpu)}
     return {"table": table, "curves": curves, "claims": claims, "seeds": n_seeds,
             "lr": {t: LR[t] for t in runs}, "lr_scales": dict(LR_SCALES),
             "convergence": {t: {"metric": VAL_METRIC[t][0], "tol": CONVERGENCE_TOL[t],
                                 "window": CONVERGENCE_WINDOW} for t in runs},
-            "not_converged": not_converged, "sweep": _sweep_summary(sweep)}
+            "not_converged": not_converged, "sweep": _sweep_summary(sweep), "cost": cost}

@@ -42,8 +42,7 @@ def _ms(d: dict | None, fmt: str = ".3f") -> str:
 
 
 def _fmt(x: float) -> str:
-    """Three significant digits, signed."""
-    return f"{x:+.3g}" if abs(x) < 1e-3 and x != 0 else f"{x:+.3f}"
+    return f"{x:+.3f}"
 
 
 def _diff(c: dict) -> str:
@@ -56,7 +55,7 @@ def _diff(c: dict) -> str:
 
 def _power(c: dict) -> str:
     det = c.get("detectable")
-    return "–" if det is None else f"{det:.3g}"
+    return "–" if det is None else f"{det:.3f}"
 
 
 def _legend(fig, handles: dict, ncol: int | None = None) -> None:
@@ -237,6 +236,10 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         lines += ["", "δ₈₀ = (t₀.₉₇₅ + t₀.₈₀)·s/√n with s the standard deviation of the paired differences: a "
                   "true difference smaller than δ₈₀ will usually read \"not confirmed at this scale\" with these "
                   "seeds.", ""]
+    cost = summary.get("cost")
+    if cost and cost.get("timed"):
+        lines += [f"Cost: {cost['cpu_seconds']:.0f} s of CPU (process time) over the {cost['timed']} timed runs of "
+                  f"{cost['runs']}.", ""]
     lines += _figures(summary, save_figure)
     return "\n".join(lines) + "\n"
 
