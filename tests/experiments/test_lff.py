@@ -234,7 +234,7 @@ def test_summary_pairs_seeds_and_reads_verdicts(tmp_path):
     assert final["mlp"]["detectable"] == pytest.approx(
         (3.1824 + 0.9785) * statistics.stdev(final["mlp"]["diffs"]) / 2, rel=1e-4)  # t_{.975,3}, t_{.80,3}
     assert summary["claims"]["digits_faster"]["vs"]["table2d"]["verdict"] == "holds"  # lower loss is better
-    assert summary["claims"]["grid_final"]["metric"] == "final_bce"  # not the saturating balanced accuracy
+    assert "grid_final" not in summary["claims"]  # solved by every converged run: a tie by construction
     assert "table2d" not in summary["claims"]["grid_isotropy"]["vs"]  # tables have no continuous isotropy
     assert summary["claims"]["grid_isotropy"]["vs"]["sine2d"]["verdict"] == "contradicted"
     assert summary["table"]["grid"]["lff_mlp"]["converged"] == "4/4" and summary["seeds"] == 4

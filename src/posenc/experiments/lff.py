@@ -97,14 +97,14 @@ CONVERGENCE_TOL: dict[str, float] = {"digits": 0.015, "grid": 0.01}
 CONVERGENCE_WINDOW = 4
 #: ``W_r``'s learning rate is 10x the shared one, for every run of the section.
 LR_SCALES: tuple[tuple[str, float], ...] = (("w_r", 10.0),)
-#: Each claim: (metric key, direction of "LFF is better", task). The grid's final quality is its
-#: test BCE, not its balanced accuracy: every encoding with a position signal reaches 1.0 there,
-#: so that comparison would be a tie by construction.
+#: Each claim: (metric key, direction of "LFF is better", task). The grid task has no final-quality
+#: claim at its training resolution: every converged run solves it (balanced accuracy 1.0, test BCE
+#: ~1e-5), so among the runs the gate admits that comparison is a tie by construction. Quality on the
+#: grid is read at the finer resolutions (``grid_interpolation``); the 6x6 numbers stay in the table.
 CLAIMS = {
     "digits_faster": ("auc_loss", "less", "digits"),
     "digits_final": ("final_acc", "greater", "digits"),
     "grid_faster": ("auc_loss", "less", "grid"),
-    "grid_final": ("final_bce", "less", "grid"),
     "grid_interpolation": ("finer_bacc", "greater", "grid"),
     "grid_isotropy": ("anisotropy", "less", "grid"),
 }

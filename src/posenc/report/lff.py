@@ -28,7 +28,6 @@ CLAIM_TEXT = {
     "digits_faster": "digits ViT: LFF + MLP converges faster (lower mean training loss over all steps)",
     "digits_final": "digits ViT: LFF + MLP reaches a higher final test accuracy",
     "grid_faster": "grid (L2 disk): LFF + MLP converges faster (lower mean training loss)",
-    "grid_final": "grid (L2 disk): lower final test BCE at the training resolution",
     "grid_interpolation": "grid (L2 disk): higher balanced accuracy at finer resolutions over the same extent",
     "grid_isotropy": "grid: the trained LFF + MLP is more isotropic (centred features; lower |axis − diagonal|)",
 }
@@ -51,6 +50,11 @@ def _diff(c: dict) -> str:
     if c["low"] is None:
         return f"{_fmt(c['mean'])} (n = {c['n']})"
     return f"{_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}] (n = {c['n']})"
+
+
+def _score(x: float) -> str:
+    """A validation score: 3 decimals, or 2 significant digits below 0.01 (a loss near 0)."""
+    return f"{x:.3f}" if abs(x) >= 0.01 or x == 0 else f"{x:.1e}"
 
 
 def _power(c: dict) -> str:
@@ -106,6 +110,8 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
             ax.plot(lrs, [s["median"][k] for k in s["lrs"]], color="black", ls="--", lw=1.0)
             ax.axvline(s["chosen"], color="black", lw=0.6, ls=":")
             ax.set_xscale("log")
+            if not s["higher_is_better"]:
+                ax.set_yscale("log")  # a loss: the solved runs sit near 0
             ax.set_xlabel("peak learning rate")
             ax.set_title(f"{task}: median {METRIC_TEXT.get(s['metric'], s['metric'])}\n"
                          "(dashed: all encodings pooled; dotted: chosen)", fontsize=8)
@@ -151,8 +157,8 @@ def _sweep_lines(summary: dict) -> list[str]:
                   "|---|" + "---:|" * len(s["lrs"])]
         for enc, med in s["per_encoding"].items():
             lines.append(f"| {LABELS[enc]} | " + " | ".join(
-                f"{med[x]:.3f}" if x in med else "–" for x in s["lrs"]) + " |")
-        lines.append("| **all (rule)** | " + " | ".join(f"**{s['median'][x]:.3f}**" for x in s["lrs"]) + " |")
+                _score(med[x]) if x in med else "–" for x in s["lrs"]) + " |")
+        lines.append("| **all (rule)** | " + " | ".join(f"**{_score(s['median'][x])}**" for x in s["lrs"]) + " |")
         lines.append("")
     return lines
 
@@ -161,11 +167,12 @@ def _convergence_lines(summary: dict) -> list[str]:
     conv = summary.get("convergence", {})
     if not conv:
         return []
-    crit = "; ".join(f"{t}: {METRIC_TEXT.get(c['metric'], c['metric'])} within {c['tol']:g} over the last "
-                     f"{c['window']} evaluations" for t, c in conv.items())
+    crit = "; ".join(f"{t}: {METRIC_TEXT.get(c['metric'], c['metric'])} improved by at most {c['tol']:g} over "
+                     f"the last {c['window']} evaluations" for t, c in conv.items())
     bad = {t: v for t, v in summary.get("not_converged", {}).items() if v}
-    lines = [f"**Convergence gate.** A run has converged when its validation metric stopped moving ({crit}; "
-             "evaluations every 10 % of training, so the window is the last 30 %). A claim reads only the seeds whose two runs both converged."]
+    lines = [f"**Convergence gate.** A run has converged when its validation metric stopped improving ({crit}; "
+             "evaluations every 10 % of training, so the window is the last 30 %; falling back is not improving). "
+             "A claim reads only the seeds whose two runs both converged."]
     if bad:
         for t, keys in bad.items():
             lines.append(f"Not converged ({t}, {len(keys)}): " + ", ".join(f"`{k}`" for k in keys) + ".")
