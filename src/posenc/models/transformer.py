@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import check_divisible, check_positive_int, check_tensor
+from posenc.models.seeding import seeded_reset_parameters
 
 AttentionFactory = Callable[[int, int], nn.Module]
 
@@ -115,6 +116,11 @@ class TransformerEncoder(nn.Module):
         attention: factory ``(dim, num_heads) -> module`` (see the module docstring);
             default :class:`SelfAttention`.
         dropout: in the block MLPs.
+        init_seed: seed of the trunk's initial weights (every parameter but the
+            encoding's; see :func:`~posenc.models.seeding.seeded_reset_parameters`), so that
+            models with the same ``init_seed`` and different encodings start from the same
+            transformer (paired comparisons); the encoding keeps its own seed. ``None``: the
+            trunk draws from torch's global RNG in construction order (PyTorch's default).
         device, dtype: of the parameters created here.
     """
 
@@ -129,10 +135,13 @@ class TransformerEncoder(nn.Module):
         mlp_ratio: float = 2.0,
         attention: AttentionFactory | None = None,
         dropout: float = 0.0,
+        init_seed: int | None = None,
         device=None,
         dtype=None,
     ) -> None:
         super().__init__()
+        if init_seed is not None:
+            check_positive_int("init_seed", init_seed, minimum=0)
         check_positive_int("in_features", in_features)
         check_positive_int("out_features", out_features)
         check_positive_int("dim", dim)
@@ -152,6 +161,17 @@ class TransformerEncoder(nn.Module):
         )
         self.norm = nn.LayerNorm(dim, device=device, dtype=dtype)
         self.head = nn.Linear(dim, out_features, device=device, dtype=dtype)
+        self.init_seed = init_seed
+        if init_seed is not None:
+            seeded_reset_parameters(self, init_seed, skip=[encoding])
+
+    def reset_parameters(self) -> None:
+        """Redraw the trunk: from ``init_seed`` if set, else from the global RNG.
+
+        The encoding is left alone (it has its own seed and ``reset_parameters``), so a
+        model that nests this encoder can redraw its trunk without touching the encoding.
+        """
+        seeded_reset_parameters(self, self.init_seed, skip=[self.encoding])
 
     def position_features(self, positions: torch.Tensor) -> torch.Tensor:
         """The encoding of ``positions`` (``(..., P) -> (..., dim)``)."""
@@ -194,4 +214,5 @@ class TransformerEncoder(nn.Module):
         return self.head(self.features(tokens, positions, pos_features))
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, depth={self.depth}, num_heads={self.num_heads}"
+        seed = "" if self.init_seed is None else f", init_seed={self.init_seed}"
+        return f"dim={self.dim}, depth={self.depth}, num_heads={self.num_heads}{seed}"

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_domain, check_positive_int, check_tensor
+from posenc.models.seeding import seeded_reset_parameters
 from posenc.models.transformer import AttentionFactory, TransformerEncoder
 
 
@@ -82,6 +83,11 @@ class TinyViT(nn.Module):
         positions: ``"index"`` or ``"continuous"`` (see :func:`patch_positions`).
         cls_token: prepend a learned CLS token and classify from it.
         seed: seed of the CLS token draw.
+        init_seed: seed of the patch embedding and the encoder's trunk (every parameter but
+            the encoding's and the CLS token; see
+            :func:`~posenc.models.seeding.seeded_reset_parameters`): the same ``init_seed``
+            gives the same transformer whatever the encoding (paired comparisons). ``None``:
+            they draw from torch's global RNG in construction order (PyTorch's default).
         device, dtype: of the parameters created here.
     """
 
@@ -100,10 +106,13 @@ class TinyViT(nn.Module):
         attention: AttentionFactory | None = None,
         dropout: float = 0.0,
         seed: int = 0,
+        init_seed: int | None = None,
         device=None,
         dtype=None,
     ) -> None:
         super().__init__()
+        if init_seed is not None:
+            check_positive_int("init_seed", init_seed, minimum=0)
         check_positive_int("in_channels", in_channels)
         check_positive_int("num_classes", num_classes)
         self.patch_size = check_positive_int("patch_size", patch_size)
@@ -117,13 +126,26 @@ class TinyViT(nn.Module):
         # (a learned mixing of the patch features), which keeps the encoder reusable.
         self.cls = nn.Parameter(torch.empty(1, 1, dim, device=device, dtype=dtype)) if cls_token else None
         self.seed = seed
-        self.reset_parameters()
+        self.init_seed = init_seed
+        if init_seed is not None:
+            seeded_reset_parameters(self, init_seed, skip=[encoding])
+        self._reset_cls()
 
     def reset_parameters(self) -> None:
+        """Redraw the patch embedding and the encoder's trunk (from ``init_seed`` if set, else
+        the global RNG) and the CLS token (from ``seed``); the encoding is left alone."""
+        seeded_reset_parameters(self, self.init_seed, skip=[self.encoder.encoding])
+        self._reset_cls()
+
+    def _reset_cls(self) -> None:
         if self.cls is not None:
             gen = torch.Generator().manual_seed(self.seed)
             with torch.no_grad():
                 self.cls.copy_((0.02 * torch.randn(self.cls.shape, generator=gen)).to(self.cls.dtype))
+
+    def extra_repr(self) -> str:
+        seed = "" if self.init_seed is None else f", init_seed={self.init_seed}"
+        return f"patch_size={self.patch_size}, positions={self.positions_kind!r}, seed={self.seed}{seed}"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         check_tensor("images", images)
