@@ -128,6 +128,13 @@ def _blocks(m: int, d1: int, lines: int) -> list[tuple[int, int, int, int]]:
     return [(a, a + 1, f0, f1) for a in range(m) for f0, f1 in even_ranges(d1, lines)]
 
 
+def _outer_into(buf: torch.Tensor, a: torch.Tensor, f: torch.Tensor, n: int) -> None:
+    """``buf[a * nf + f, :n] = a[a] * f[f]`` for ``a (na, n)``, ``f (nf, n)`` (two in-place passes, no temporary)."""
+    na, nf = a.shape[0], f.shape[0]
+    view = buf.view(na, nf, buf.shape[-1])[..., :n]
+    view.copy_(f.expand(na, nf, n)).mul_(a[:, None, :])
+
+
 class KernelizedRPEFunction(torch.autograd.Function):
     """Eq. 10 by FFT on flattened slices; stores inputs and ``den``, recomputes spectra.
 
@@ -141,6 +148,14 @@ class KernelizedRPEFunction(torch.autograd.Function):
     (``block_bytes``), which keeps the cost per transform flat as ``n`` grows.
     Forward issues 2 transforms per block, backward 4 (the forward's spectra are
     recomputed instead of stored, so memory is linear in ``n``).
+
+    Everything between the transforms is done in place or into buffers reused
+    from block to block: a block's channels are written into the first ``n``
+    columns of a zero-padded ``(lines, L)`` buffer (its zero tail is written once,
+    so the transforms need no padding copy), and the contractions with ``phi_q``,
+    ``[v, 1]`` and the output gradient accumulate with ``addcmul_`` or reduce the
+    inverse transform's own output, so no block-sized temporary is allocated
+    besides the transforms' outputs.
     """
 
     @staticmethod
@@ -151,17 +166,22 @@ class KernelizedRPEFunction(torch.autograd.Function):
         blocks = _blocks(m, d + 1, lines_per_block(length, m * (d + 1), block_bytes, v.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         num_den = v.new_zeros((G, d + 1, n_q))
+        buf = v.new_zeros((max((a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks), length))
         for g in range(G):
             vvT = _vv(v[g]).T.contiguous()  # (d+1, n_k)
             pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()  # (m, n)
+            nd = num_den[g]
             for a0, a1, f0, f1 in blocks:
-                A = (pkT[a0:a1, None, :] * vvT[None, f0:f1]).reshape(-1, n_k)
-                Af = torch.fft.rfft(A, n=length, dim=-1)
-                del A
+                na, nf = a1 - a0, f1 - f0
+                A = buf[: na * nf]
+                _outer_into(A, pkT[a0:a1], vvT[f0:f1], n_k)
+                Af = torch.fft.rfft(A, dim=-1)
                 Af.mul_(hf[g])
-                D = torch.fft.irfft(Af, n=length, dim=-1)[..., :n_q]
+                D = torch.fft.irfft(Af, n=length, dim=-1).view(na, nf, length)
                 del Af
-                num_den[g, f0:f1] += (D.view(a1 - a0, f1 - f0, n_q) * pqT[a0:a1, None, :]).sum(0)
+                for a in range(na):
+                    nd[f0:f1].addcmul_(D[a, :, :n_q], pqT[a0 + a])
+                del D
         den = num_den[:, d]
         den = torch.where(den == 0, torch.ones_like(den), den)  # zero-weight rows: z = 0, not NaN
         z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
@@ -185,29 +205,36 @@ class KernelizedRPEFunction(torch.autograd.Function):
         gnum = dz / den[..., None]
         gden = -(dz * z).sum(-1, keepdim=True) / den[..., None]
         gradT = torch.cat((gnum, gden), dim=-1).transpose(1, 2).contiguous()
+        lines = max((a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks)
+        buf_a, buf_g = v.new_zeros((lines, length)), v.new_zeros((lines, length))  # zero tails, written once
         for g in range(G):
             vvT = _vv(v[g]).T.contiguous()
             pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()
+            gT, dqT, dkT, dvT = gradT[g], dphi_qT[g], dphi_kT[g], dvvT[g]
             hg, hgc = hf[g], hf[g].conj()
             for a0, a1, f0, f1 in blocks:
                 na, nf = a1 - a0, f1 - f0
-                A = (pkT[a0:a1, None, :] * vvT[None, f0:f1]).reshape(-1, n_k)
-                Af = torch.fft.rfft(A, n=length, dim=-1)
-                del A
-                D = torch.fft.irfft(Af * hg, n=length, dim=-1)[..., :n_q].view(na, nf, n_q)
-                dphi_qT[g, a0:a1] += (D * gradT[g, None, f0:f1]).sum(1)
-                del D
-                dD = (pqT[a0:a1, None, :] * gradT[g, None, f0:f1]).reshape(-1, n_q)
-                dDf = torch.fft.rfft(dD, n=length, dim=-1)
-                del dD
+                A, dD = buf_a[: na * nf], buf_g[: na * nf]
+                _outer_into(A, pkT[a0:a1], vvT[f0:f1], n_k)
+                _outer_into(dD, pqT[a0:a1], gT[f0:f1], n_q)
+                Af = torch.fft.rfft(A, dim=-1)
+                dDf = torch.fft.rfft(dD, dim=-1)
                 if need_c:
-                    cross[g] += (Af.conj_physical_().mul_(dDf)).sum(0)
+                    cross[g] += torch.linalg.vecdot(Af, dDf, dim=0)  # sum over lines of conj(Af) * dDf
+                # dphi_q = sum_f D * grad, with D = C A (recomputed)
+                Af.mul_(hg)
+                D = torch.fft.irfft(Af, n=length, dim=-1).view(na, nf, length)[..., :n_q]
                 del Af
+                dqT[a0:a1] += D.mul_(gT[None, f0:f1]).sum(1)
+                del D
+                # dA = C^T (phi_q (x) grad): gradients of [v, 1] and of phi_k
                 dDf.mul_(hgc)
-                dA = torch.fft.irfft(dDf, n=length, dim=-1)[..., :n_k].view(na, nf, n_k)
+                dA = torch.fft.irfft(dDf, n=length, dim=-1).view(na, nf, length)[..., :n_k]
                 del dDf
-                dphi_kT[g, a0:a1] += (dA * vvT[None, f0:f1]).sum(1)
-                dvvT[g, f0:f1] += (dA * pkT[a0:a1, None, :]).sum(0)
+                for a in range(na):
+                    dvT[f0:f1].addcmul_(dA[a], pkT[a0 + a])
+                dkT[a0:a1] += dA.mul_(vvT[None, f0:f1]).sum(1)
+                del dA
         dcoeffs = None
         if need_c:
             dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
@@ -220,13 +247,6 @@ def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
     if coeffs is not None:
         s = s * toeplitz_dense(coeffs, n_q, n_k)
     return safe_ratio(s @ v, s.sum(-1, keepdim=True))
-
-
-def _linear_causal(phi_q, phi_k, v):
-    """Causal kernelized attention without RPE by prefix sums (Katharopoulos et al. 2020)."""
-    kv = torch.cumsum(phi_k[..., :, None] * _vv(v)[..., None, :], dim=-3)
-    nd = torch.einsum("...im,...ime->...ie", phi_q, kv)
-    return safe_ratio(nd[..., :-1], nd[..., -1:])
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, names=("q", "k", "v")) -> None:
@@ -262,7 +282,7 @@ def check_key_padding_mask(mask: torch.Tensor | None, batch: int, n_k: int) -> N
         raise ValueError(
             f"key_padding_mask must have shape (batch, n_k) = ({batch}, {n_k}), got {tuple(mask.shape)}"
         )
-    if bool(mask.all(-1).any()):
+    if not _compiling() and bool(mask.all(-1).any()):  # data-dependent: eager only
         raise ValueError("key_padding_mask masks every key of some batch row; attention is undefined")
 
 
@@ -287,7 +307,8 @@ def kernelized_attention(
         v: values ``(batch, heads, n_k, d)``.
         coeffs: ``c_t = exp(b_t)`` of offsets ``-(n_q-1)..n_k-1``, shape broadcastable
             to ``(batch, heads, n_q + n_k - 1)`` (e.g. ``(heads, L)``); ``None`` = no RPE
-            (``c = 1``, plain linear attention in ``O(n m d)``).
+            (``c = 1``, plain linear attention in ``O(n m d)``; causal: the chunkwise form of
+            :func:`~posenc.attention.decay.chunkwise_attention` with every decay factor 1).
         causal: only keys ``j <= i`` (needs ``n_q == n_k``).
         key_padding_mask: ``(batch, n_k)`` bool, True = ignore that key.
         method: ``"fft"``, ``"dense"`` (materialised n_q x n_k) or ``"auto"``.
@@ -325,8 +346,11 @@ def kernelized_attention(
     if key_padding_mask is not None:
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
     if coeffs is None:
-        if causal:
-            return check_output(check_inputs, _linear_causal(phi_q, phi_k, v), "kernelized_attention").to(out_dtype)
+        if causal:  # the chunkwise form of causal linear attention, with every decay factor 1
+            from posenc.attention.decay import chunkwise_attention
+
+            z = chunkwise_attention(phi_q, phi_k, v, None, None)
+            return check_output(check_inputs, z, "kernelized_attention").to(out_dtype)
         kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
         nd = phi_q @ kv
         return check_output(check_inputs, safe_ratio(nd[..., :-1], nd[..., -1:]), "kernelized_attention").to(out_dtype)
