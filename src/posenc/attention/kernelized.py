@@ -39,7 +39,6 @@ from posenc._checks import (
     check_tensor,
 )
 from posenc.attention.toeplitz import (
-    DEFAULT_BLOCK_BYTES,
     _pow2_scale,
     causal_coeffs,
     check_coeffs,
@@ -56,6 +55,13 @@ from posenc.attention.toeplitz import (
 #: float32, 1 thread) on the development machine: see ``bench_krpe.py``
 #: (``attention_crossover``) and docs/krpe.md.
 DENSE_MAX_N = 1536
+
+#: Default bound on the spectra of one block of the FFT path (bytes): 512 KiB keeps a block's
+#: buffers (channels, their spectra, the inverse transforms) near the 1 MiB L2 cache of the
+#: development machine; in a sweep of the block size (``bench_krpe.py``, ``block_sweep``)
+#: forward+backward was fastest, or tied, at 0.5-1 MiB for n = 4,096 to 65,536. From n ~ 8k on,
+#: the floor of :data:`~posenc.attention.toeplitz.MIN_LINES` lines per transform decides.
+ATTENTION_BLOCK_BYTES = 512 * 2**10
 
 METHODS = ("auto", "fft", "dense")
 
@@ -128,11 +134,25 @@ def _blocks(m: int, d1: int, lines: int) -> list[tuple[int, int, int, int]]:
     return [(a, a + 1, f0, f1) for a in range(m) for f0, f1 in even_ranges(d1, lines)]
 
 
-def _outer_into(buf: torch.Tensor, a: torch.Tensor, f: torch.Tensor, n: int) -> None:
-    """``buf[a * nf + f, :n] = a[a] * f[f]`` for ``a (na, n)``, ``f (nf, n)`` (two in-place passes, no temporary)."""
-    na, nf = a.shape[0], f.shape[0]
-    view = buf.view(na, nf, buf.shape[-1])[..., :n]
-    view.copy_(f.expand(na, nf, n)).mul_(a[:, None, :])
+def _outer_into(out: torch.Tensor, a: torch.Tensor, f: torch.Tensor) -> None:
+    """``out[a, f, :] = a[a, 0, :] * f[0, f, :]`` for ``a (na, 1, n)``, ``f (1, nf, n)`` without a temporary.
+
+    One pass with ``out=`` in eager mode; two in-place passes (copy, multiply) while tracing,
+    since ``torch.compile`` refuses a non-contiguous ``out=`` tensor.
+    """
+    if _compiling():
+        out.copy_(f.expand(out.shape)).mul_(a)
+    else:
+        torch.mul(a, f, out=out)
+
+
+def _staging(v: torch.Tensor, rows: int, n: int, ones_row: bool = False) -> torch.Tensor:
+    """A ``(rows, n)`` buffer the slices of one (batch x head) are copied into, channel-major;
+    with ``ones_row`` its last row is the constant channel of ones (``[v, 1]``), written once."""
+    out = v.new_empty((rows, n))
+    if ones_row:
+        out[-1].fill_(1.0)
+    return out
 
 
 class KernelizedRPEFunction(torch.autograd.Function):
@@ -147,7 +167,9 @@ class KernelizedRPEFunction(torch.autograd.Function):
     contiguous dim). A block's spectra are sized to stay in cache
     (``block_bytes``), which keeps the cost per transform flat as ``n`` grows.
     Forward issues 2 transforms per block, backward 4 (the forward's spectra are
-    recomputed instead of stored, so memory is linear in ``n``).
+    recomputed instead of stored, so memory is linear in ``n``), in 2 calls: the
+    block's channels and the output gradient's channels are transformed together,
+    multiplied by the kernel's spectrum and its conjugate, and transformed back together.
 
     Everything between the transforms is done in place or into buffers reused
     from block to block: a block's channels are written into the first ``n``
@@ -162,26 +184,37 @@ class KernelizedRPEFunction(torch.autograd.Function):
     def forward(ctx, phi_q, phi_k, v, coeffs, block_bytes: int):  # type: ignore[override]
         G, n_q, m = phi_q.shape
         n_k, d = v.shape[-2:]
+        e = d + 1
         length = next_fast_len(n_q + n_k - 1)
-        blocks = _blocks(m, d + 1, lines_per_block(length, m * (d + 1), block_bytes, v.element_size()))
+        blocks = _blocks(m, e, lines_per_block(length, m * e, block_bytes, v.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
-        num_den = v.new_zeros((G, d + 1, n_q))
-        buf = v.new_zeros((max((a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks), length))
+        num_den = v.new_empty((G, e, n_q))
+        # per (batch x head) slice: phi_k, [v, 1], phi_q channel-major in staging buffers, so that
+        # every block's views below are made once, not once per slice
+        pk, vv, pq, nd = _staging(v, m, n_k), _staging(v, e, n_k, True), _staging(v, m, n_q), _staging(v, e, n_q)
+        buf = v.new_zeros((max((a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks), length))  # zero tail
+        plan = []
+        for a0, a1, f0, f1 in blocks:
+            na, nf = a1 - a0, f1 - f0
+            A = buf[: na * nf]
+            plan.append((A, A.view(na, nf, length)[..., :n_k], pk[a0:a1, None], vv[None, f0:f1],
+                         [(r * nf, (r + 1) * nf, pq[a0 + r]) for r in range(na)], nd[f0:f1]))
         for g in range(G):
-            vvT = _vv(v[g]).T.contiguous()  # (d+1, n_k)
-            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()  # (m, n)
-            nd = num_den[g]
-            for a0, a1, f0, f1 in blocks:
-                na, nf = a1 - a0, f1 - f0
-                A = buf[: na * nf]
-                _outer_into(A, pkT[a0:a1], vvT[f0:f1], n_k)
+            pk.copy_(phi_k[g].T)
+            vv[:d].copy_(v[g].T)
+            pq.copy_(phi_q[g].T)
+            nd.zero_()
+            hg = hf[g]
+            for A, A_n, pk_b, vv_b, rows, nd_b in plan:
+                _outer_into(A_n, pk_b, vv_b)
                 Af = torch.fft.rfft(A, dim=-1)
-                Af.mul_(hf[g])
-                D = torch.fft.irfft(Af, n=length, dim=-1).view(na, nf, length)
+                Af.mul_(hg)
+                D = torch.fft.irfft(Af, n=length, dim=-1)
                 del Af
-                for a in range(na):
-                    nd[f0:f1].addcmul_(D[a, :, :n_q], pqT[a0 + a])
+                for r0, r1, pq_row in rows:
+                    nd_b.addcmul_(D[r0:r1, :n_q], pq_row)
                 del D
+            num_den[g].copy_(nd)
         den = num_den[:, d]
         den = torch.where(den == 0, torch.ones_like(den), den)  # zero-weight rows: z = 0, not NaN
         z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
@@ -195,51 +228,60 @@ class KernelizedRPEFunction(torch.autograd.Function):
         length, blocks = ctx.length, ctx.blocks
         G, n_q, m = phi_q.shape
         n_k, d = v.shape[-2:]
+        e = d + 1
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         need_c = ctx.needs_input_grad[3]
-        dphi_qT = phi_q.new_zeros((G, m, n_q))
-        dphi_kT = phi_k.new_zeros((G, m, n_k))
-        dvvT = v.new_zeros((G, d + 1, n_k))
+        dphi_qT = phi_q.new_empty((G, m, n_q))
+        dphi_kT = phi_k.new_empty((G, m, n_k))
+        dvT = v.new_empty((G, d, n_k))
         cross = hf.new_zeros(hf.shape) if need_c else None
-        # gradient w.r.t. [num_i, den_i], channel-major: (G, d+1, n_q)
+        # gradient w.r.t. [num_i, den_i]: (G, n_q, d+1)
         gnum = dz / den[..., None]
         gden = -(dz * z).sum(-1, keepdim=True) / den[..., None]
-        gradT = torch.cat((gnum, gden), dim=-1).transpose(1, 2).contiguous()
-        lines = max((a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks)
-        buf_a, buf_g = v.new_zeros((lines, length)), v.new_zeros((lines, length))  # zero tails, written once
+        grad = torch.cat((gnum, gden), dim=-1)
+        pk, vv, pq, gr = _staging(v, m, n_k), _staging(v, e, n_k, True), _staging(v, m, n_q), _staging(v, e, n_q)
+        dq, dk, dvv = _staging(v, m, n_q), _staging(v, m, n_k), _staging(v, e, n_k)
+        # [A; dD] of a block: one zero-tailed buffer per block size (rows keep their role)
+        bufs = {s: v.new_zeros((2 * s, length)) for s in {(a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks}}
+        plan = []
+        for a0, a1, f0, f1 in blocks:
+            na, nf = a1 - a0, f1 - f0
+            s = na * nf
+            buf = bufs[s]
+            plan.append((s, buf, buf[:s].view(na, nf, length)[..., :n_k], buf[s:].view(na, nf, length)[..., :n_q],
+                         pk[a0:a1, None], vv[None, f0:f1], pq[a0:a1, None], gr[None, f0:f1], (na, nf),
+                         dq[a0:a1], dk[a0:a1], dvv[f0:f1], [(r * nf, (r + 1) * nf, pk[a0 + r]) for r in range(na)]))
         for g in range(G):
-            vvT = _vv(v[g]).T.contiguous()
-            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()
-            gT, dqT, dkT, dvT = gradT[g], dphi_qT[g], dphi_kT[g], dvvT[g]
-            hg, hgc = hf[g], hf[g].conj()
-            for a0, a1, f0, f1 in blocks:
-                na, nf = a1 - a0, f1 - f0
-                A, dD = buf_a[: na * nf], buf_g[: na * nf]
-                _outer_into(A, pkT[a0:a1], vvT[f0:f1], n_k)
-                _outer_into(dD, pqT[a0:a1], gT[f0:f1], n_q)
-                Af = torch.fft.rfft(A, dim=-1)
-                dDf = torch.fft.rfft(dD, dim=-1)
+            pk.copy_(phi_k[g].T)
+            vv[:d].copy_(v[g].T)
+            pq.copy_(phi_q[g].T)
+            gr.copy_(grad[g].T)
+            dq.zero_()
+            dk.zero_()
+            dvv.zero_()
+            hh = torch.stack((hf[g], hf[g].conj()))[:, None]  # C for A, C^T for dD
+            for s, buf, A_n, dD_n, pk_b, vv_b, pq_b, gr_b, shape, dq_b, dk_b, dv_b, rows in plan:
+                _outer_into(A_n, pk_b, vv_b)  # A = phi_k (x) [v, 1]
+                _outer_into(dD_n, pq_b, gr_b)  # dD = phi_q (x) grad
+                spec = torch.fft.rfft(buf, dim=-1)  # both in one call
                 if need_c:
-                    cross[g] += torch.linalg.vecdot(Af, dDf, dim=0)  # sum over lines of conj(Af) * dDf
-                # dphi_q = sum_f D * grad, with D = C A (recomputed)
-                Af.mul_(hg)
-                D = torch.fft.irfft(Af, n=length, dim=-1).view(na, nf, length)[..., :n_q]
-                del Af
-                dqT[a0:a1] += D.mul_(gT[None, f0:f1]).sum(1)
-                del D
-                # dA = C^T (phi_q (x) grad): gradients of [v, 1] and of phi_k
-                dDf.mul_(hgc)
-                dA = torch.fft.irfft(dDf, n=length, dim=-1).view(na, nf, length)[..., :n_k]
-                del dDf
-                for a in range(na):
-                    dvT[f0:f1].addcmul_(dA[a], pkT[a0 + a])
-                dkT[a0:a1] += dA.mul_(vvT[None, f0:f1]).sum(1)
-                del dA
+                    cross[g] += torch.linalg.vecdot(spec[:s], spec[s:], dim=0)  # sum over lines: conj(Af) dDf
+                spec.view(2, s, -1).mul_(hh)
+                res = torch.fft.irfft(spec, n=length, dim=-1)
+                del spec
+                # dphi_q = sum_f D * grad with D = C A (recomputed); dA = C^T dD -> d[v, 1], dphi_k
+                dq_b += res[:s].view(*shape, length)[..., :n_q].mul_(gr_b).sum(1)
+                for r0, r1, pk_row in rows:
+                    dv_b.addcmul_(res[s + r0 : s + r1, :n_k], pk_row)
+                dk_b += res[s:].view(*shape, length)[..., :n_k].mul_(vv_b).sum(1)
+                del res
+            dphi_qT[g].copy_(dq)
+            dphi_kT[g].copy_(dk)
+            dvT[g].copy_(dvv[:d])
         dcoeffs = None
         if need_c:
             dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
-        dv = dvvT[:, :d].transpose(1, 2)
-        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dv, dcoeffs, None
+        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dvT.transpose(1, 2), dcoeffs, None
 
 
 def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
@@ -296,7 +338,7 @@ def kernelized_attention(
     key_padding_mask: torch.Tensor | None = None,
     method: str = "auto",
     compute_dtype: torch.dtype | None = None,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int = ATTENTION_BLOCK_BYTES,
     check_inputs: bool = True,
 ) -> torch.Tensor:
     """Kernelized attention with a Toeplitz RPE (Luo et al. 2021, Eq. 10).
@@ -314,7 +356,8 @@ def kernelized_attention(
         method: ``"fft"``, ``"dense"`` (materialised n_q x n_k) or ``"auto"``.
         compute_dtype: accumulate in this dtype (e.g. ``torch.float64``), cast back.
             Half-precision inputs (float16, bfloat16) are computed in float32.
-        block_bytes: bound on the spectra held at once by the FFT path.
+        block_bytes: bound on the spectra of one block of the FFT path (default
+            :data:`ATTENTION_BLOCK_BYTES`).
         check_inputs: check that ``phi_q``, ``phi_k``, ``v``, ``coeffs`` are finite and
             that the result did not overflow (one pass over each; pass False in hot
             loops whose inputs are known to be finite).
@@ -399,6 +442,7 @@ def feature_scale(d: int) -> float:
 
 
 __all__ = [
+    "ATTENTION_BLOCK_BYTES",
     "DENSE_MAX_N",
     "KernelizedRPEFunction",
     "bounded_bias",
