@@ -91,15 +91,15 @@ def _attention_inputs(g, H: int, n: int, m: int, d: int, coeffs: bool = True):
 
 
 def _interleaved(fns: dict, repeats: int) -> dict:
-    """Best time of each function, timed round-robin (one warm-up call each) so all see the same load."""
+    """Best CPU time of each function, timed round-robin (one warm-up call each) so all see the same load."""
     for fn in fns.values():
         fn()
     best = {k: math.inf for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
+            best[k] = min(best[k], time.process_time() - t0)
     return best
 
 
@@ -112,16 +112,17 @@ def _timed(fn) -> tuple[float, float]:
 
 
 def _rounds(fns: dict, repeats: int, warm: bool = True) -> dict:
-    """CPU time of each call of each function, timed round-robin (round r runs each once), after one
-    warm-up call each; wall times under ``"wall"``."""
+    """CPU time of each call of each function, timed round-robin (round r runs each once, odd rounds in
+    reverse order), after one warm-up call each; wall times under ``"wall"``."""
     if warm:
         for fn in fns.values():
             fn()
     times: dict = {k: [] for k in fns}
     wall: dict = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            w, c = _timed(fn)
+    for r in range(repeats):
+        # odd rounds in reverse order: what runs first after another's allocations were freed differs
+        for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            w, c = _timed(fns[k])
             times[k].append(c)
             wall[k].append(w)
     return {**times, "wall": wall}
@@ -229,6 +230,10 @@ def _measure(spec: dict) -> dict:
         fns = {f"mha_{rpe}": module_fn(mod) for rpe, mod in mods.items()}
         pq, pk, v, _ = _attention_inputs(g, H, n, m, d, coeffs=False)
         fns["core_none"] = lambda: kernelized_attention(pq, pk, v, None, causal=True).sum().backward()
+        from posenc.attention import alibi_kernelized_attention, alibi_slopes
+
+        slopes = alibi_slopes(H)
+        fns["core_alibi"] = lambda: alibi_kernelized_attention(pq, pk, v, slopes, causal=True).sum().backward()
         if n <= spec.get("prefix_sum_max_n", 4096):
             def prefix_sums():  # the previous rpe="none" causal path, written out (O(n m d) memory per head)
                 vv = torch.cat((v, v.new_ones((*v.shape[:-1], 1))), dim=-1)
@@ -242,7 +247,8 @@ def _measure(spec: dict) -> dict:
         out = {"rounds_cpu_s": rounds, "best_s": best, "embed_dim": E,
                "ratio_none_over_alibi_wall": min(rounds["wall"]["mha_none"]) / min(rounds["wall"]["mha_alibi"]),
                "ratio_none_over_alibi": best["mha_none"] / best["mha_alibi"],
-               "ratio_none_over_alibi_per_round": [a / b for a, b in zip(rounds["mha_none"], rounds["mha_alibi"])]}
+               "ratio_none_over_alibi_per_round": [a / b for a, b in zip(rounds["mha_none"], rounds["mha_alibi"])],
+               "ratio_core_none_over_alibi": best["core_none"] / best["core_alibi"]}
         if "core_prefix_sum" in best:
             out["ratio_prefix_sum_over_core_none"] = best["core_prefix_sum"] / best["core_none"]
         return out
@@ -266,9 +272,10 @@ def _measure(spec: dict) -> dict:
 
         if n <= 4096:
             fwdbwd()  # warm-up
-        out["fwdbwd_s"] = _best(fwdbwd, reps)
+        out["fwdbwd_s"] = _best(fwdbwd, reps if n < 32768 else 1)
         out["peak_rss_mb"] = _rss_mb()  # ours' own peak, before the floors allocate
-        out["fwd_s"] = _best(fwd, reps)
+        if n < 32768:  # (forward alone is compared with FlexAttention at n <= 4,096)
+            out["fwd_s"] = _best(fwd, reps)
         L = next_fast_len(2 * n - 1)
         x = torch.randn(m * (d + 1), n, generator=g)
 
@@ -476,7 +483,7 @@ def _crossover(ours: list[tuple[int, float]], other: list[tuple[int, float]]) ->
 
 
 def run(quick: bool) -> dict:
-    budget = 90.0 if quick else 1500.0
+    budget = 90.0 if quick else 1800.0
     start = time.perf_counter()
     load_start = os.getloadavg()
     H, d, m = (2, 64, 32) if quick else (8, 64, 32)
@@ -491,6 +498,30 @@ def run(quick: bool) -> dict:
 
     def left() -> float:
         return budget - (time.perf_counter() - start)
+
+    # 0. first, before the budget can run out: the side-by-side ratios of the performance goals.
+    # Side by side in one child: the decay RPE against the FFT path (same n, m, heads), and the
+    # causal drop-in without RPE against causal ALiBi (both chunkwise), with the old prefix sums
+    result["decay_vs_fft"] = [
+        {**_child({"kind": "decay_vs_fft", "n": nn, "heads": H, "d": d, "m": m, "repeats": r}, 900), "n": nn}
+        for nn, r in ([(2048, 2)] if quick else [(4096, 4), (16384, 4), (65536, 2)])
+    ]
+    result["mha_causal"] = [
+        {**_child({"kind": "mha_causal", "n": nn, "heads": H, "d": d, "m": m, "repeats": r}, 600), "n": nn}
+        for nn, r in ([(512, 2)] if quick else [(1024, 4), (4096, 4), (16384, 4), (65536, 2)])
+    ]
+
+    # 0b. ours against its floors at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
+    # (the main table's "ours" rows below add m = 32 with 8 heads)
+    extra = []
+    if not quick:
+        for mm, nn, hh in [(16, 4096, 8), (16, 16384, 8), (16, 65536, 8), (32, 4096, 1), (32, 16384, 1),
+                           (32, 65536, 1), (64, 4096, 8)]:
+            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 2 if nn <= 16384 else 1},
+                         1200)
+            res.update({"n": nn, "m": mm, "heads": hh})
+            extra.append(res)
+    result["ours_more"] = extra
 
     # 1. crossovers (small sizes, direct vs FFT)
     tl = [16, 32, 64, 128, 256, 512] if not quick else [64, 256]
@@ -542,7 +573,7 @@ def run(quick: bool) -> dict:
             reason = None
             if mem > MEMORY_LIMIT_MB:
                 reason = f"predicted memory {mem:.0f} MB > {MEMORY_LIMIT_MB:.0f} MB"
-            elif cost > max(left(), 0) * (0.5 if kind != "ours" else 0.9):
+            elif kind != "ours" and cost > max(left(), 0) * 0.5:  # ours rows are goal rows: always run
                 reason = f"predicted time {cost:.0f} s exceeds the remaining budget ({left():.0f} s)"
             if reason:
                 rows.append({"n": n, "extrapolated": True, "reason": reason, "predicted_mb": mem,
@@ -566,31 +597,6 @@ def run(quick: bool) -> dict:
     # 4. autoregressive decoding with the decay RPE: O(1) per token vs recomputing the prefix
     result["decode"] = _child({"kind": "decode", "n": 0, "heads": H, "d": d, "m": m,
                                "lengths": [256, 1024] if quick else [1024, 4096]}, 300)
-
-    # 4b. side by side in one child: the decay RPE against the FFT path (same n, m, heads), and the
-    # causal drop-in without RPE against causal ALiBi (both chunkwise), with the old prefix sums
-    result["decay_vs_fft"] = [
-        {**_child({"kind": "decay_vs_fft", "n": nn, "heads": H, "d": d, "m": m, "repeats": r}, 900), "n": nn}
-        for nn, r in ([(2048, 2)] if quick else [(4096, 3), (16384, 3), (65536, 2)])
-    ]
-    result["mha_causal"] = [
-        {**_child({"kind": "mha_causal", "n": nn, "heads": H, "d": d, "m": m, "repeats": r}, 600), "n": nn}
-        for nn, r in ([(512, 2)] if quick else [(1024, 3), (4096, 3), (16384, 3), (65536, 2)])
-    ]
-
-    # 5. ours at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
-    extra = []
-    if not quick:
-        for mm, nn, hh in [(16, 4096, 8), (16, 16384, 8), (16, 65536, 8), (32, 4096, 1), (32, 16384, 1),
-                           (32, 65536, 1), (64, 4096, 8)]:
-            if left() < 60:
-                extra.append({"n": nn, "m": mm, "heads": hh, "skipped": "bench time budget exhausted"})
-                continue
-            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 2 if nn <= 16384 else 1},
-                         max(60, left()))
-            res.update({"n": nn, "m": mm, "heads": hh})
-            extra.append(res)
-    result["ours_more"] = extra
 
     # 6. derived numbers
     ours = [(r["n"], r["fwdbwd_s"]) for r in table["ours"] if r.get("fwdbwd_s") and not r.get("extrapolated")]
@@ -646,6 +652,7 @@ def run(quick: bool) -> dict:
     mc = [r for r in result["mha_causal"] if "best_s" in r]
     derived["mha_causal"] = [{"n": r["n"], **r["best_s"], "ratio_none_over_alibi": r["ratio_none_over_alibi"],
                               "ratio_per_round": r["ratio_none_over_alibi_per_round"],
+                              "ratio_core_none_over_alibi": r.get("ratio_core_none_over_alibi"),
                               "ratio_prefix_sum_over_core_none": r.get("ratio_prefix_sum_over_core_none")}
                              for r in mc]
     result["derived"] = derived

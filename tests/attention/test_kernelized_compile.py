@@ -99,6 +99,21 @@ def test_mha_backward_traces_with_aot_eager(cfg):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_transformer_encoder_with_padding_compiles_in_one_graph():
+    # nn.TransformerEncoder turns a bool src_key_padding_mask into a float one: traced without a check
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True, dtype=D)
+    layer.self_attn = KernelizedMHA(16, 4, batch_first=True, num_features=8, max_distance=8, dtype=D)
+    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    x = torch.randn(2, 12, 16, dtype=D)
+    kpm = torch.zeros(2, 12, dtype=torch.bool)
+    kpm[1, 9:] = True
+    ref = enc(x, src_key_padding_mask=kpm)
+    torch._dynamo.reset()
+    out = torch.compile(enc, fullgraph=True, backend="eager")(x, src_key_padding_mask=kpm)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_graph_break_count_is_zero():
     call = _Call(_mha({"rpe": "table", "method": "fft"}))
     explained = torch._dynamo.explain(call)(*_inputs(40))

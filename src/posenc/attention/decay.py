@@ -24,7 +24,14 @@ import torch
 import torch.nn.functional as F
 
 from posenc._checks import _compiling, check_finite, check_positive_int
-from posenc.attention.kernelized import _vv, check_all_finite, check_key_padding_mask, check_qkv, safe_ratio
+from posenc.attention.kernelized import (
+    _vv,
+    check_all_finite,
+    check_key_padding_mask,
+    check_qkv,
+    ratio_of_last,
+    safe_ratio,
+)
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
@@ -377,7 +384,7 @@ def chunkwise_attention(
     nd = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)).reshape(B, H, K * C, e)
     if pad:  # padded query rows are dropped before dividing (their denominators are 0)
         nd = nd[:, :, :n]
-    return safe_ratio(nd[..., :d], nd[..., d:])
+    return ratio_of_last(nd)
 
 
 def _direction_weights(terms, C: int, future: bool, dtype):
@@ -398,20 +405,22 @@ def _chunkwise_heads(q, k, vv, past, future, C: int, Ks: int) -> torch.Tensor:
     """Numerators and denominators ``(B, h, K, C, e)`` of one group of heads, segment by segment."""
     B, h, K, _, m = q.shape
     e = vv.shape[-1]
-    # intra-chunk Toeplitz block T[s, s'] = c_{s'-s}, every term of both directions
-    if past is None:
-        T = torch.ones(C, C, device=q.device, dtype=q.dtype).tril()[None].expand(h, C, C)
-    else:
+    # intra-chunk Toeplitz block T[s, s'] = c_{s'-s}, every term of both directions (None: the causal
+    # mask of plain attention, applied with tril_)
+    T = None
+    if past is not None:
         c = decay_coeffs(past[0], past[1], C, C, future).to(q.dtype)  # (h, 2C-1), offsets -(C-1)..C-1
         i = torch.arange(C, device=c.device)
-        T = c[:, i[None, :] - i[:, None] + C - 1]
+        T = c[:, i[None, :] - i[:, None] + C - 1][:, None]
     segs = [(s0, min(s0 + Ks, K)) for s0 in range(0, K, Ks)]
     pieces = []
     pw = None if past is None else _direction_weights(past, C, False, q.dtype)
     carry = None
     for s0, s1 in segs:
         qs, ks, vs = q[:, :, s0:s1], k[:, :, s0:s1], vv[:, :, s0:s1]
-        nd = ((qs @ ks.transpose(-1, -2)) * T[:, None]) @ vs  # (B, h, Ks, C, e)
+        S = qs @ ks.transpose(-1, -2)  # (B, h, Ks, C, C); in place where autograd allows (T without grad)
+        S = S.tril_() if T is None else (S * T if T.requires_grad else S.mul_(T))
+        nd = S @ vs  # (B, h, Ks, C, e)
         if K > 1:
             nd, carry = _cross_chunks(nd, qs, ks, vs, pw, carry, reverse=False, last=s1 == K)
         pieces.append(nd)

@@ -97,6 +97,36 @@ def safe_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return num / torch.where(den == 0, torch.ones_like(den), den)
 
 
+class _LastRatio(torch.autograd.Function):
+    """``nd (..., e) -> nd[..., :e-1] / nd[..., e-1:]`` with a zero denominator read as 1.
+
+    The same values and gradients as ``safe_ratio(nd[..., :-1], nd[..., -1:])`` under
+    autograd, which builds a zero-filled ``nd``-sized gradient for each of the two slices
+    and adds them; this backward writes ``[dz / den, -(dz . z) / den]`` once.
+    """
+
+    @staticmethod
+    def forward(ctx, nd):  # type: ignore[override]
+        den = nd[..., -1:]
+        zero = den == 0
+        den = torch.where(zero, torch.ones_like(den), den)
+        z = nd[..., :-1] / den
+        ctx.save_for_backward(z, den, zero)
+        return z
+
+    @staticmethod
+    def backward(ctx, dz):  # type: ignore[override]
+        z, den, zero = ctx.saved_tensors
+        g_num = dz / den
+        g_den = (g_num * z).sum(-1, keepdim=True).neg_().masked_fill_(zero, 0.0)  # d/dden of a 1 is 0
+        return torch.cat((g_num, g_den), dim=-1)
+
+
+def ratio_of_last(nd: torch.Tensor) -> torch.Tensor:
+    """``nd[..., :-1] / nd[..., -1:]`` (numerators, then the denominator), 0 where the denominator is 0."""
+    return _LastRatio.apply(nd)
+
+
 def check_all_finite(check_inputs: bool, **tensors: torch.Tensor | None) -> None:
     """``check_finite`` on each named tensor when ``check_inputs`` (None entries skipped)."""
     if not check_inputs:
@@ -396,7 +426,7 @@ def kernelized_attention(
             return check_output(check_inputs, z, "kernelized_attention").to(out_dtype)
         kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
         nd = phi_q @ kv
-        return check_output(check_inputs, safe_ratio(nd[..., :-1], nd[..., -1:]), "kernelized_attention").to(out_dtype)
+        return check_output(check_inputs, ratio_of_last(nd), "kernelized_attention").to(out_dtype)
     check_coeffs(coeffs, n_q, n_k)
     check_finite("coeffs", coeffs)
     try:

@@ -309,7 +309,14 @@ class KernelizedMHA(nn.Module, _MHAShape):
         if causal and not self.attention.causal:
             raise ValueError("a causal mask needs KernelizedMHA(..., causal=True) (the RPE and the O(n) scan are "
                              "built for one direction)")
-        kpm = canonical_key_padding_mask(key_padding_mask, B, n_k)
+        if key_padding_mask is not None and _compiling() and key_padding_mask.is_floating_point():
+            # traced code: a float mask's 0 / -inf values cannot be checked (data); its shape can
+            if key_padding_mask.shape != (B, n_k):
+                raise ValueError(f"key_padding_mask must have shape (B, S) = ({B}, {n_k}), "
+                                 f"got {tuple(key_padding_mask.shape)}")
+            kpm = torch.isneginf(key_padding_mask)
+        else:
+            kpm = canonical_key_padding_mask(key_padding_mask, B, n_k)
         w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         b_q, b_k, b_v = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
 
