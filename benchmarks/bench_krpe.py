@@ -483,7 +483,7 @@ def _crossover(ours: list[tuple[int, float]], other: list[tuple[int, float]]) ->
 
 
 def run(quick: bool) -> dict:
-    budget = 90.0 if quick else 1800.0
+    budget = 90.0 if quick else 3600.0
     start = time.perf_counter()
     load_start = os.getloadavg()
     H, d, m = (2, 64, 32) if quick else (8, 64, 32)
