@@ -22,6 +22,16 @@ Methods (batch 1, H heads, head dim d, m features, forward+backward unless noted
   only, CPU has no FlexAttention backward in torch 2.13).
 * ``performer``: kernelized attention without RPE (linear attention).
 * ``decay``: the exponential-decay RPE (2 terms each side) by chunked scans.
+
+Side-by-side ratios (one child, round-robin, repeated; the load average is recorded
+before and after every child):
+
+* ``efficiency_vs_floor``: ``ours`` against ``floor_own`` (the transforms it issues) and
+  ``floor`` at n = 4,096 to 65,536, m = 16 / 32 / 64, 1 and 8 heads;
+* ``decay_vs_fft``: the decay RPE against the FFT path at the same n, m, heads;
+* ``mha_causal``: ``KernelizedMHA(causal=True)`` with ``rpe="none"`` against ``rpe="alibi"``
+  (both on the chunkwise decay path now) and, at the core, against the prefix-sum form that
+  ``rpe="none"`` used before (cumulative sums of the ``n x m x (d+1)`` outer products).
 """
 
 from __future__ import annotations
@@ -42,13 +52,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _child_main() -> None:
     spec = json.loads(sys.stdin.read())
+    load_before = os.getloadavg()[0]
     if "sweep" in spec:  # quick profile: one child per method, lengths in increasing order
         rows = []
         for n in spec.pop("sweep"):
             rows.append({**_measure({**spec, "n": n}), "n": n, "shared_process": True})
-        print(json.dumps({"rows": rows}))
-        return
-    print(json.dumps(_measure(spec)))
+        res = {"rows": rows}
+    else:
+        res = _measure(spec)
+    res["loadavg_1min"] = [load_before, os.getloadavg()[0]]
+    print(json.dumps(res))
 
 
 def _rss_mb() -> float:
@@ -78,25 +91,50 @@ def _attention_inputs(g, H: int, n: int, m: int, d: int, coeffs: bool = True):
 
 
 def _interleaved(fns: dict, repeats: int) -> dict:
-    """Best time of each function, timed round-robin (one warm-up call each) so all see the same load."""
+    """Best CPU time of each function, timed round-robin (one warm-up call each) so all see the same load."""
     for fn in fns.values():
         fn()
     best = {k: math.inf for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
+            best[k] = min(best[k], time.process_time() - t0)
     return best
+
+
+def _timed(fn) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of one call; CPU time (this process, every thread) is what a loaded,
+    shared machine disturbs least (it excludes the time spent waiting for a core)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def _rounds(fns: dict, repeats: int, warm: bool = True) -> dict:
+    """CPU time of each call of each function, timed round-robin (round r runs each once, odd rounds in
+    reverse order), after one warm-up call each; wall times under ``"wall"``."""
+    if warm:
+        for fn in fns.values():
+            fn()
+    times: dict = {k: [] for k in fns}
+    wall: dict = {k: [] for k in fns}
+    for r in range(repeats):
+        # odd rounds in reverse order: what runs first after another's allocations were freed differs
+        for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            w, c = _timed(fns[k])
+            times[k].append(c)
+            wall[k].append(w)
+    return {**times, "wall": wall}
 
 
 def _measure(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(spec.get("threads", 1))
-    from posenc.attention.kernelized import _blocks, kernelized_attention, rpe_coeffs
+    from posenc.attention.kernelized import ATTENTION_BLOCK_BYTES, _blocks, kernelized_attention, rpe_coeffs
     from posenc.attention.reference import rpe_matrix
-    from posenc.attention.toeplitz import DEFAULT_BLOCK_BYTES, lines_per_block, next_fast_len, toeplitz_matmul
+    from posenc.attention.toeplitz import lines_per_block, next_fast_len, toeplitz_matmul
 
     kind, n, H, d, m = spec["kind"], spec["n"], spec["heads"], spec["d"], spec["m"]
     reps = spec.get("repeats", 1)
@@ -162,6 +200,59 @@ def _measure(spec: dict) -> dict:
             rows.append(row)
         return {"rows": rows}
 
+    if kind == "decay_vs_fft":  # the decay RPE (2 + 2 terms) against the FFT path, same n, m, heads, round-robin
+        from posenc.attention.decay import decay_kernelized_attention
+
+        pq, pk, v, _ = _attention_inputs(g, H, n, m, d, coeffs=False)
+        table = (0.1 * torch.randn(H, 2 * n - 1, generator=g)).requires_grad_()
+        a = torch.rand(H, 2, generator=g).requires_grad_()
+        lam = torch.rand(H, 2, generator=g).requires_grad_()
+        fns = {"fft": lambda: kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft").sum().backward(),
+               "decay": lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam)).sum().backward()}
+        rounds = _rounds(fns, reps, warm=n <= 16384)
+        return {"rounds_cpu_s": rounds, "fft_s": min(rounds["fft"]), "decay_s": min(rounds["decay"]),
+                "ratio_fft_over_decay": min(rounds["fft"]) / min(rounds["decay"]),
+                "ratio_per_round": [f / c for f, c in zip(rounds["fft"], rounds["decay"])],
+                "ratio_wall": min(rounds["wall"]["fft"]) / min(rounds["wall"]["decay"])}
+    if kind == "mha_causal":  # KernelizedMHA(causal) rpe="none" vs rpe="alibi"; the old prefix sums at the core
+        from posenc.attention import KernelizedMHA
+
+        E = H * d
+        x = torch.randn(1, n, E, generator=g).requires_grad_()
+        mods = {}
+        for rpe in ("none", "alibi"):
+            torch.manual_seed(0)
+            mods[rpe] = KernelizedMHA(E, H, batch_first=True, num_features=m, rpe=rpe, causal=True)
+
+        def module_fn(mod):
+            return lambda: mod(x, x, x, need_weights=False)[0].sum().backward()
+
+        fns = {f"mha_{rpe}": module_fn(mod) for rpe, mod in mods.items()}
+        pq, pk, v, _ = _attention_inputs(g, H, n, m, d, coeffs=False)
+        fns["core_none"] = lambda: kernelized_attention(pq, pk, v, None, causal=True).sum().backward()
+        from posenc.attention import alibi_kernelized_attention, alibi_slopes
+
+        slopes = alibi_slopes(H)
+        fns["core_alibi"] = lambda: alibi_kernelized_attention(pq, pk, v, slopes, causal=True).sum().backward()
+        if n <= spec.get("prefix_sum_max_n", 4096):
+            def prefix_sums():  # the previous rpe="none" causal path, written out (O(n m d) memory per head)
+                vv = torch.cat((v, v.new_ones((*v.shape[:-1], 1))), dim=-1)
+                kv = torch.cumsum(pk[..., :, None] * vv[..., None, :], dim=-3)
+                nd = torch.einsum("...im,...ime->...ie", pq, kv)
+                (nd[..., :-1] / nd[..., -1:]).sum().backward()
+
+            fns["core_prefix_sum"] = prefix_sums
+        rounds = _rounds(fns, reps, warm=True)
+        best = {k: min(t) for k, t in rounds.items() if k != "wall"}
+        out = {"rounds_cpu_s": rounds, "best_s": best, "embed_dim": E,
+               "ratio_none_over_alibi_wall": min(rounds["wall"]["mha_none"]) / min(rounds["wall"]["mha_alibi"]),
+               "ratio_none_over_alibi": best["mha_none"] / best["mha_alibi"],
+               "ratio_none_over_alibi_per_round": [a / b for a, b in zip(rounds["mha_none"], rounds["mha_alibi"])],
+               "ratio_core_none_over_alibi": best["core_none"] / best["core_alibi"]}
+        if "core_prefix_sum" in best:
+            out["ratio_prefix_sum_over_core_none"] = best["core_prefix_sum"] / best["core_none"]
+        return out
+
     if kind not in ("decode", "flex"):
         q = torch.randn(1, H, n, d, generator=g).requires_grad_()
         k = torch.randn(1, H, n, d, generator=g).requires_grad_()
@@ -181,9 +272,10 @@ def _measure(spec: dict) -> dict:
 
         if n <= 4096:
             fwdbwd()  # warm-up
-        out["fwdbwd_s"] = _best(fwdbwd, reps)
+        out["fwdbwd_s"] = _best(fwdbwd, reps if n < 32768 else 1)
         out["peak_rss_mb"] = _rss_mb()  # ours' own peak, before the floors allocate
-        out["fwd_s"] = _best(fwd, reps)
+        if n < 32768:  # (forward alone is compared with FlexAttention at n <= 4,096)
+            out["fwd_s"] = _best(fwd, reps)
         L = next_fast_len(2 * n - 1)
         x = torch.randn(m * (d + 1), n, generator=g)
 
@@ -192,7 +284,7 @@ def _measure(spec: dict) -> dict:
                 for _ in range(2):
                     torch.fft.irfft(torch.fft.rfft(x, n=L, dim=-1), n=L, dim=-1)
 
-        lines = lines_per_block(L, m * (d + 1), DEFAULT_BLOCK_BYTES, 4)
+        lines = lines_per_block(L, m * (d + 1), ATTENTION_BLOCK_BYTES, 4)
         sizes = [(a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in _blocks(m, d + 1, lines)]
         xb = {s: torch.randn(s, n, generator=g) for s in set(sizes)}
 
@@ -202,18 +294,26 @@ def _measure(spec: dict) -> dict:
                     for _ in range(3):
                         torch.fft.irfft(torch.fft.rfft(xb[s], n=L, dim=-1), n=L, dim=-1)
 
-        if n >= 32768:  # one of each: ours was timed just before, the floors right after
-            out["floor_s"] = _best(floor, 1)
-            out["floor_own_s"] = _best(floor_own, 1)
-            return out
-        # interleave so the ratios see the same machine load
-        f1, f2, o2 = [], [], []
-        for _ in range(reps):
-            f1.append(_best(floor, 1))
-            f2.append(_best(floor_own, 1))
-            o2.append(_best(fwdbwd, 1))
+        # interleave so the ratios see the same machine load: round r times ours and its own
+        # transforms side by side (the straightforward floor once, in the first round, at n >= 32k)
+        f1, f2, o2, ratios, cpu = [], [], [], [], {"ours": [], "own": [], "floor": []}
+        for r in range(max(reps, 2)):
+            if r == 0 or n < 32768:
+                w, c = _timed(floor)
+                f1.append(w)
+                cpu["floor"].append(c)
+            for key, fn, acc in (("own", floor_own, f2), ("ours", fwdbwd, o2)):
+                w, c = _timed(fn)
+                acc.append(w)
+                cpu[key].append(c)
+            ratios.append(cpu["ours"][-1] / cpu["own"][-1])
         out["floor_s"], out["floor_own_s"] = min(f1), min(f2)
         out["fwdbwd_s"] = min(out["fwdbwd_s"], min(o2))
+        out["cpu_s"] = {k: min(v) for k, v in cpu.items()}
+        out["ratio_own_cpu"] = out["cpu_s"]["ours"] / out["cpu_s"]["own"]
+        out["ratio_cpu"] = out["cpu_s"]["ours"] / out["cpu_s"]["floor"]
+        out["ratio_own_rounds"] = ratios  # CPU time, round by round
+        out["block_bytes"] = ATTENTION_BLOCK_BYTES
         return out
 
     if kind == "decode":
@@ -383,8 +483,9 @@ def _crossover(ours: list[tuple[int, float]], other: list[tuple[int, float]]) ->
 
 
 def run(quick: bool) -> dict:
-    budget = 90.0 if quick else 840.0
+    budget = 90.0 if quick else 3600.0
     start = time.perf_counter()
+    load_start = os.getloadavg()
     H, d, m = (2, 64, 32) if quick else (8, 64, 32)
     lengths = [512, 2048] if quick else [256, 1024, 4096, 16384, 65536]
     reps = 1
@@ -392,10 +493,35 @@ def run(quick: bool) -> dict:
         "settings": {"threads": 1, "batch": 1, "heads": H, "head_dim": d, "features": m,
                      "memory_limit_mb": MEMORY_LIMIT_MB, "budget_s": budget},
         "notes": [],
+        "loadavg_start": list(load_start),
     }
 
     def left() -> float:
         return budget - (time.perf_counter() - start)
+
+    # 0. first, before the budget can run out: the side-by-side ratios of the performance goals.
+    # Side by side in one child: the decay RPE against the FFT path (same n, m, heads), and the
+    # causal drop-in without RPE against causal ALiBi (both chunkwise), with the old prefix sums
+    result["decay_vs_fft"] = [
+        {**_child({"kind": "decay_vs_fft", "n": nn, "heads": H, "d": d, "m": m, "repeats": r}, 900), "n": nn}
+        for nn, r in ([(2048, 2)] if quick else [(4096, 4), (16384, 4), (65536, 2)])
+    ]
+    result["mha_causal"] = [
+        {**_child({"kind": "mha_causal", "n": nn, "heads": H, "d": d, "m": m, "repeats": r}, 600), "n": nn}
+        for nn, r in ([(512, 2)] if quick else [(1024, 4), (4096, 4), (16384, 4), (65536, 2)])
+    ]
+
+    # 0b. ours against its floors at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
+    # (the main table's "ours" rows below add m = 32 with 8 heads)
+    extra = []
+    if not quick:
+        for mm, nn, hh in [(16, 4096, 8), (16, 16384, 8), (16, 65536, 8), (32, 4096, 1), (32, 16384, 1),
+                           (32, 65536, 1), (64, 4096, 8)]:
+            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 2 if nn <= 16384 else 1},
+                         1200)
+            res.update({"n": nn, "m": mm, "heads": hh})
+            extra.append(res)
+    result["ours_more"] = extra
 
     # 1. crossovers (small sizes, direct vs FFT)
     tl = [16, 32, 64, 128, 256, 512] if not quick else [64, 256]
@@ -410,7 +536,7 @@ def run(quick: bool) -> dict:
     bl = [2048] if quick else [4096, 16384, 65536]
     result["block_sweep"] = _child(
         {"kind": "block_sweep", "n": 0, "heads": 1, "d": d, "m": 16, "lengths": bl,
-         "block_mib": [0.25, 0.5, 1, 2, 4, 16], "repeats": 2 if quick else 4}, 400)
+         "block_mib": [0.25, 0.5, 1, 2, 4], "repeats": 2 if quick else 4}, 400)
     result["fft_lines"] = _child(
         {"kind": "fft_lines", "n": 0, "heads": 0, "d": 0, "m": 0, "channels": 64, "lengths": bl,
          "lines": [1, 8, 64], "repeats": 3}, 300)
@@ -443,11 +569,11 @@ def run(quick: bool) -> dict:
             guess = _extrapolate(measured, n)
             if guess is None and measured:
                 guess = measured[-1][1] * (n / measured[-1][0]) ** GROWTH[kind]
-            cost = (guess or 1.0) * (3 if kind == "ours" else 1.5) + 5
+            cost = (guess or 1.0) * (6 if kind == "ours" else 1.5) + 5
             reason = None
             if mem > MEMORY_LIMIT_MB:
                 reason = f"predicted memory {mem:.0f} MB > {MEMORY_LIMIT_MB:.0f} MB"
-            elif cost > max(left(), 0) * (0.5 if kind != "ours" else 0.9):
+            elif kind != "ours" and cost > max(left(), 0) * 0.5:  # ours rows are goal rows: always run
                 reason = f"predicted time {cost:.0f} s exceeds the remaining budget ({left():.0f} s)"
             if reason:
                 rows.append({"n": n, "extrapolated": True, "reason": reason, "predicted_mb": mem,
@@ -472,20 +598,6 @@ def run(quick: bool) -> dict:
     result["decode"] = _child({"kind": "decode", "n": 0, "heads": H, "d": d, "m": m,
                                "lengths": [256, 1024] if quick else [1024, 4096]}, 300)
 
-    # 5. ours at other m / heads, and the memory target (65,536 x 8 heads, m = 16)
-    extra = []
-    if not quick:
-        for mm, nn, hh in [(16, 4096, 8), (16, 16384, 8), (16, 65536, 8), (32, 4096, 1), (32, 16384, 1),
-                           (32, 65536, 1), (64, 4096, 8)]:
-            if left() < 60:
-                extra.append({"n": nn, "m": mm, "heads": hh, "skipped": "bench time budget exhausted"})
-                continue
-            res = _child({"kind": "ours", "n": nn, "heads": hh, "d": d, "m": mm, "repeats": 2 if nn <= 16384 else 1},
-                         max(60, left()))
-            res.update({"n": nn, "m": mm, "heads": hh})
-            extra.append(res)
-    result["ours_more"] = extra
-
     # 6. derived numbers
     ours = [(r["n"], r["fwdbwd_s"]) for r in table["ours"] if r.get("fwdbwd_s") and not r.get("extrapolated")]
     derived: dict = {}
@@ -495,6 +607,8 @@ def run(quick: bool) -> dict:
          "floor_s": r["floor_s"], "ratio": r["fwdbwd_s"] / r["floor_s"],
          "floor_own_s": r.get("floor_own_s"),
          "ratio_own": r["fwdbwd_s"] / r["floor_own_s"] if r.get("floor_own_s") else None,
+         "ratio_own_cpu": r.get("ratio_own_cpu"), "ratio_cpu": r.get("ratio_cpu"),
+         "ratio_own_rounds": r.get("ratio_own_rounds"), "loadavg_1min": r.get("loadavg_1min"),
          "peak_rss_mb": r.get("peak_rss_mb")}
         for r in ours_rows
     ]
@@ -531,7 +645,18 @@ def run(quick: bool) -> dict:
         derived["memory_target_65536x8_m16"] = {"peak_rss_mb": mem_target[0]["peak_rss_mb"],
                                                 "within_8GB": mem_target[0]["peak_rss_mb"] <= 8192,
                                                 "fwdbwd_s": mem_target[0]["fwdbwd_s"]}
+    dvf = [r for r in result["decay_vs_fft"] if "ratio_fft_over_decay" in r]
+    derived["decay_vs_fft"] = [{"n": r["n"], "fft_s": r["fft_s"], "decay_s": r["decay_s"],
+                                "ratio": r["ratio_fft_over_decay"], "ratio_per_round": r["ratio_per_round"]}
+                               for r in dvf]
+    mc = [r for r in result["mha_causal"] if "best_s" in r]
+    derived["mha_causal"] = [{"n": r["n"], **r["best_s"], "ratio_none_over_alibi": r["ratio_none_over_alibi"],
+                              "ratio_per_round": r["ratio_none_over_alibi_per_round"],
+                              "ratio_core_none_over_alibi": r.get("ratio_core_none_over_alibi"),
+                              "ratio_prefix_sum_over_core_none": r.get("ratio_prefix_sum_over_core_none")}
+                             for r in mc]
     result["derived"] = derived
+    result["loadavg_end"] = list(os.getloadavg())
     result["notes"].append("No GPU is lent to this task; every number is CPU, 1 torch thread, on a 2-core machine "
                            "shared with other jobs (timings are noisy; compare ratios within one run).")
     return result

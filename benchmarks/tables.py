@@ -95,7 +95,8 @@ def krpe(r: dict) -> str:
             else:
                 cells.append(f"{e['fwdbwd_s']:.3f} ({e['peak_rss_mb']:.0f} MB)")
         rows.append([label, *cells])
-    mem = [e for e in r.get("ours_more", []) if e.get("n") == 65536 and e.get("m") == 16 and e.get("heads") == 8]
+    mem = [e for e in r.get("ours_more", []) if e.get("n") == 65536 and e.get("m") == 16 and e.get("heads") == 8
+           and "fwdbwd_s" in e]
     out = [f"Forward + backward, batch 1, {st['heads']} heads, d = {st['head_dim']}, m = {st['features']}, "
            f"{st['threads']} thread, seconds (peak RSS); configurations predicted above "
            f"{st['memory_limit_mb'] / 1000:.0f} GB are extrapolated, not run:", "",
@@ -106,7 +107,20 @@ def krpe(r: dict) -> str:
     der = r.get("derived", {})
     eff = sorted((e for e in der.get("efficiency_vs_floor", []) if e["n"] >= 4096),
                  key=lambda e: (e["m"], -e["heads"], e["n"]))
-    if eff:
+    if eff and eff[0].get("ratio_own_cpu") is not None:
+        def rounds(e):
+            return " / ".join(f"{x:.2f}" for x in e.get("ratio_own_rounds") or [])
+
+        rows = [[f"{e['n']:,}", e["m"], e["heads"], f"{e['ours_s']:.2f}", f"{e['ratio_cpu']:.2f}",
+                 f"{e['ratio_own_cpu']:.2f}", rounds(e), f"{e['ratio_own']:.2f}",
+                 "–" if not e.get("loadavg_1min") else "{:.1f} → {:.1f}".format(*e["loadavg_1min"])] for e in eff]
+        out += ["", "Forward + backward against the FFT floor, side by side in one process (`floor` = the 4 "
+                "full-shape transforms per head of a straightforward implementation; `own` = the 6 "
+                "cache-sized transforms per block that this implementation issues, its strict floor). "
+                "Ratios of CPU time (best of the rounds; then each round's ratio), and of wall time:", "",
+                markdown_table(["n", "m", "heads", "ours (s, wall)", "ours / floor", "ours / own",
+                                "ours / own, per round", "ours / own (wall)", "load avg"], rows)]
+    elif eff:
         rows = [[f"{e['n']:,}", e["m"], e["heads"], f"{e['ours_s']:.2f}", f"{e['floor_s']:.2f}",
                  f"{e['ratio']:.2f}", "–" if e.get("ratio_own") is None else f"{e['ratio_own']:.2f}"]
                 for e in eff]
@@ -114,11 +128,38 @@ def krpe(r: dict) -> str:
                 "full-shape transforms per head of a straightforward implementation; `own` = the 6 "
                 "cache-sized transforms per block that this implementation issues):", "",
                 markdown_table(["n", "m", "heads", "ours (s)", "floor (s)", "ours / floor", "ours / own"], rows)]
+    dvf = der.get("decay_vs_fft")
+    if dvf:
+        loads = {e["n"]: e.get("loadavg_1min") for e in r.get("decay_vs_fft", [])}
+        rows = [[f"{e['n']:,}", f"{e['fft_s']:.3f}", f"{e['decay_s']:.3f}", f"{e['ratio']:.1f}",
+                 " / ".join(f"{x:.1f}" for x in e["ratio_per_round"]),
+                 "–" if not loads.get(e["n"]) else "{:.1f} → {:.1f}".format(*loads[e["n"]])] for e in dvf]
+        out += ["", f"Decay RPE (2 + 2 terms) against the FFT path, forward + backward, {st['heads']} heads, "
+                f"m = {st['features']}, d = {st['head_dim']}, side by side in one process (CPU seconds, best of "
+                "the rounds):", "", markdown_table(["n", "FFT (s)", "decay (s)", "FFT / decay", "per round",
+                                                   "load avg"], rows)]
+    mc = der.get("mha_causal")
+    if mc:
+        loads = {e["n"]: e.get("loadavg_1min") for e in r.get("mha_causal", [])}
+        rows = [[f"{e['n']:,}", f"{e['mha_none']:.3f}", f"{e['mha_alibi']:.3f}", f"{e['ratio_none_over_alibi']:.2f}",
+                 " / ".join(f"{x:.2f}" for x in e["ratio_per_round"]), f"{e['core_none']:.3f}",
+                 "–" if e.get("core_alibi") is None else f"{e['core_alibi']:.3f}",
+                 "–" if e.get("core_prefix_sum") is None else f"{e['core_prefix_sum']:.3f}",
+                 "–" if e.get("ratio_prefix_sum_over_core_none") is None
+                 else f"{e['ratio_prefix_sum_over_core_none']:.1f}",
+                 "–" if not loads.get(e["n"]) else "{:.1f} → {:.1f}".format(*loads[e["n"]])] for e in mc]
+        out += ["", f"`KernelizedMHA(causal=True)`, batch 1, {st['heads']} heads, embed {st['heads'] * st['head_dim']}, "
+                f"m = {st['features']}, forward + backward (CPU seconds, best of the rounds): `rpe=\"none\"` against "
+                "`rpe=\"alibi\"` (both on the chunkwise decay path), and the attention core without RPE against "
+                "the prefix sums it used before:", "",
+                markdown_table(["n", "none (s)", "ALiBi (s)", "none / ALiBi", "per round", "core none, chunkwise (s)",
+                                "core ALiBi (s)", "core none, prefix sums (s)", "prefix sums / chunkwise", "load avg"],
+                               rows)]
     sweep = r.get("block_sweep", {}).get("rows")
     if sweep:
         mibs = [k for k in sweep[0] if k != "n"]
         rows = [[f"{e['n']:,}", *[f"{e[k]:.3f}" for k in mibs]] for e in sweep]
-        out += ["", "Block size of the FFT path (1 head, m = 16, forward + backward, seconds):", "",
+        out += ["", "Block size of the FFT path (1 head, m = 16, forward + backward, CPU seconds, round-robin):", "",
                 markdown_table(["n", *[f"{k} MiB" for k in mibs]], rows)]
     lines = r.get("fft_lines", {}).get("rows")
     if lines:
@@ -131,7 +172,7 @@ def krpe(r: dict) -> str:
         ks = [k for k in dc[0] if k != "n"]
         rows = [[f"{e['n']:,}", *[f"{e[k]:.3f}" for k in ks]] for e in dc]
         out += ["", f"Chunk length of the decay RPE ({st['heads']} heads, m = {st['features']}, 2 + 2 terms, "
-                "forward + backward, seconds):", "", markdown_table(["n", *[f"C = {k}" for k in ks]], rows)]
+                "forward + backward, CPU seconds, round-robin):", "", markdown_table(["n", *[f"C = {k}" for k in ks]], rows)]
     names = {"sdpa_fixed": "SDPA, fixed bias", "sdpa_learned": "SDPA, learned bias",
              "dense": "dense kernelized RPE", "fwd_vs_flex": "FlexAttention (forward only)"}
     cross = [f"{label}: n ≈ {c['n']:,} ({c['how']})" if c.get("n") else f"{label}: {c['how']}"

@@ -191,3 +191,41 @@ def test_half_precision_inputs_are_computed_in_float32(low, method):
     ref = kernelized_attention(pq.float(), pk.float(), v.float(), c.float(), method=method)
     assert out.dtype == low and bool(torch.isfinite(out).all())
     torch.testing.assert_close(out.float(), ref.to(low).float(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 200])
+def test_causal_without_rpe_is_chunkwise_and_matches_loops(n):
+    # causal linear attention runs the chunkwise form (decay factor 1): values and gradients
+    # against the explicit loops / the dense float64 path, n below, at and off the chunk length
+    g = torch.Generator().manual_seed(n)
+    pq, pk, v, _ = draw(g, 2, 2, n, n, 3, 2)
+    mask = torch.zeros(2, n, dtype=torch.bool)
+    if n > 3:
+        mask[1, -3:] = True
+    leaves = [t.requires_grad_() for t in (pq, pk, v)]
+    out = kernelized_attention(pq, pk, v, None, causal=True, key_padding_mask=mask)
+    ref = dense_kernelized_attention(pq, pk, v, torch.zeros(2, 2 * n - 1, dtype=D), causal=True,
+                                     key_padding_mask=mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    if n <= 65:
+        torch.testing.assert_close(out, loop_reference(pq.detach(), pk.detach(), v.detach(),
+                                                       torch.zeros(2, 2 * n - 1, dtype=D), True, mask),
+                                   rtol=0, atol=1e-12)
+    w = torch.randn(out.shape, dtype=D, generator=g)
+    for a, b in zip(torch.autograd.grad((out * w).sum(), leaves), torch.autograd.grad((ref * w).sum(), leaves)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
+def test_fft_blocks_with_several_features_and_split_channels_match_dense():
+    # the reworked FFT path: blocks of whole features (d small) and blocks that split one
+    # feature's channels (d large), values and every gradient against the dense float64 path
+    for m, d, block in ((5, 2, 10**6), (3, 40, 2048), (4, 6, 4096)):
+        g = torch.Generator().manual_seed(m * d)
+        pq, pk, v, bias = draw(g, 1, 2, 77, 77, m, d)
+        leaves = [t.requires_grad_() for t in (pq, pk, v, bias)]
+        out = kernelized_attention(pq, pk, v, rpe_coeffs(bias, 77), method="fft", block_bytes=block)
+        ref = dense_kernelized_attention(pq, pk, v, bias)
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+        w = torch.randn(out.shape, dtype=D, generator=g)
+        for a, b in zip(torch.autograd.grad((out * w).sum(), leaves), torch.autograd.grad((ref * w).sum(), leaves)):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from posenc.attention.kernelized import kernelized_attention, rpe_coeffs
-from posenc.attention.layers import KernelizedAttention, KernelizedMultiheadAttention
+from posenc.attention.layers import KernelizedAttention, KernelizedAttentionLayer
 from posenc.attention.reference import dense_kernelized_attention, rpe_matrix, softmax_rpe_attention
 
 D = torch.float64
@@ -92,7 +92,7 @@ def test_many_features_approach_softmax():
 
 def test_unequal_lengths_mask_and_causality():
     g = torch.Generator().manual_seed(4)
-    mha = KernelizedMultiheadAttention(16, 2, num_features=8, max_distance=5, dtype=D)
+    mha = KernelizedAttentionLayer(16, 2, num_features=8, max_distance=5, dtype=D)
     x, ctx = torch.randn(2, 6, 16, dtype=D, generator=g), torch.randn(2, 11, 16, dtype=D, generator=g)
     mask = torch.zeros(2, 11, dtype=torch.bool)
     mask[0, 8:] = True
@@ -101,7 +101,7 @@ def test_unequal_lengths_mask_and_causality():
     ctx2 = ctx.clone()
     ctx2[0, 8:] += 10.0  # padded keys must not matter
     torch.testing.assert_close(mha(x, ctx2, key_padding_mask=mask), out)
-    causal = KernelizedMultiheadAttention(16, 2, num_features=8, causal=True, dtype=D)
+    causal = KernelizedAttentionLayer(16, 2, num_features=8, causal=True, dtype=D)
     y = causal(ctx)
     ctx3 = ctx.clone()
     ctx3[:, 7:] = 0.0
@@ -182,7 +182,7 @@ def test_bad_construction_and_nonfinite_bias():
     with pytest.raises(ValueError, match="rpe"):
         KernelizedAttention(2, 4, 4, rpe="rotary")
     with pytest.raises(ValueError, match="embed_dim"):
-        KernelizedMultiheadAttention(10, 3)
+        KernelizedAttentionLayer(10, 3)
     att = KernelizedAttention(1, 4, 4, dtype=D)
     with torch.no_grad():
         att.bias[0, 3] = float("nan")

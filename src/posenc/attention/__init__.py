@@ -3,7 +3,8 @@
 * :mod:`~posenc.attention.toeplitz` -- Toeplitz products ``y_i = sum_j c_{j-i} x_j`` by FFT.
 * :mod:`~posenc.attention.features` -- positive (FAVOR+) and trigonometric random features.
 * :mod:`~posenc.attention.kernelized` -- the O(n log n) kernelized attention with RPE.
-* :mod:`~posenc.attention.layers` -- ``KernelizedAttention`` and the multi-head module.
+* :mod:`~posenc.attention.layers` -- ``KernelizedAttention`` (on heads) and ``KernelizedAttentionLayer``
+  (posenc's layer with projections; ``KernelizedMHA`` is the ``nn.MultiheadAttention`` drop-in).
 * :mod:`~posenc.attention.reference` -- exact dense references (kernelized and softmax).
 * :mod:`~posenc.attention.decay` -- exponential-decay biases as recurrences (O(1) decoding).
 * :mod:`~posenc.attention.rpe2d` -- 2D relative positions on patch grids by 2D FFT.
@@ -31,7 +32,7 @@ from posenc.attention.alibi import (
 from posenc.attention.decay import DecayDecoder, decay_coeffs, decay_kernelized_attention, decay_toeplitz
 from posenc.attention.features import PositiveRandomFeatures, TrigRandomFeatures, kernel_estimate
 from posenc.attention.kernelized import kernelized_attention, rpe_coeffs
-from posenc.attention.layers import KernelizedAttention, KernelizedMultiheadAttention
+from posenc.attention.layers import KernelizedAttention, KernelizedAttentionLayer
 from posenc.attention.reference import dense_kernelized_attention, rpe_matrix, softmax_rpe_attention
 from posenc.attention.rpe2d import kernelized_attention_2d, rpe2d_matrix, toeplitz2d_matmul
 from posenc.attention.mha import KernelizedMHA, RelativeMHA
@@ -54,8 +55,8 @@ __all__ = [
     "AxialRotaryEmbedding",
     "DecayDecoder",
     "KernelizedAttention",
+    "KernelizedAttentionLayer",
     "KernelizedMHA",
-    "KernelizedMultiheadAttention",
     "MixedRotaryEmbedding",
     "PositiveRandomFeatures",
     "RelativeMHA",
@@ -101,3 +102,11 @@ __all__ = [
     "toeplitz_matmul",
     "yarn_frequencies",
 ]
+
+
+def __getattr__(name: str):
+    from posenc.attention import layers
+
+    if name in layers._RENAMED:  # deprecated names: importable, with a DeprecationWarning
+        return layers.renamed(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,8 +23,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from posenc._checks import check_finite, check_positive_int
-from posenc.attention.kernelized import _vv, check_all_finite, check_key_padding_mask, check_qkv, safe_ratio
+from posenc._checks import _compiling, check_finite, check_positive_int
+from posenc.attention.kernelized import (
+    _vv,
+    check_all_finite,
+    check_key_padding_mask,
+    check_qkv,
+    ratio_of_last,
+    safe_ratio,
+)
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
@@ -41,7 +48,7 @@ def check_decay(name: str, amplitudes: torch.Tensor, rates: torch.Tensor) -> Non
         )
     check_finite(f"{name} amplitudes", amplitudes)
     check_finite(f"{name} rates", rates)
-    if bool((amplitudes < 0).any()) or bool((rates < 0).any()):
+    if not _compiling() and (bool((amplitudes < 0).any()) or bool((rates < 0).any())):  # eager only
         raise ValueError(f"{name} amplitudes and rates must be >= 0 (c_t = sum a exp(-lambda |t|))")
 
 
@@ -193,58 +200,64 @@ def _check_terms(name: str, amplitudes: torch.Tensor, rates: torch.Tensor, H: in
 
 
 def _scan_steps(
-    u: torch.Tensor, g: torch.Tensor, n_fwd: int, swap: bool, dot_with: torch.Tensor | None = None
+    u: torch.Tensor, g: torch.Tensor, reverse: bool, h0: torch.Tensor | None = None,
+    dot_with: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Exclusive scans along dim 2 of ``u (B, H, K, R, M)`` with factors ``g (H, R)``.
+    """Exclusive scan along dim 2 of ``u (B, H, K, R, M)`` with factors ``g (H, R)``.
 
-    Terms ``r < n_fwd`` run forward, ``h_k = g h_{k-1} + u_{k-1}``; the others run in
-    reverse, ``h_k = g h_{k+1} + u_{k+1}``; ``swap`` exchanges the two directions (the
-    adjoint of a forward exclusive scan is a reverse one). Both ends start at 0.
-    One in-place step per chunk, on ``(B, H, R, M)`` slices. With ``dot_with`` (same
-    shape as ``u``) also returns ``sum_{b, k, M} h * dot_with`` of shape ``(H, R)``,
+    Forward: ``h_0 = h0``, ``h_k = g h_{k-1} + u_{k-1}``; ``reverse``: ``h_{K-1} = h0``,
+    ``h_k = g h_{k+1} + u_{k+1}`` (``h0 = None``: zero). The adjoint of a forward scan
+    is a reverse one. One step per chunk on ``(B, H, R, M)`` slices. With ``dot_with``
+    (same shape as ``u``) also returns ``sum_{b, k, M} h * dot_with`` of shape ``(H, R)``,
     accumulated step by step (no full-size temporary).
     """
     K = u.shape[2]
     h = torch.empty_like(u)
     acc = None if dot_with is None else torch.zeros_like(u[:, :, 0])
     gg = g[None, :, :, None]
-    fwd, rev = (slice(n_fwd, None), slice(0, n_fwd)) if swap else (slice(0, n_fwd), slice(n_fwd, None))
-    for sl, steps in ((fwd, range(1, K)), (rev, range(K - 2, -1, -1))):
-        hs, us, gs = h[:, :, :, sl], u[:, :, :, sl], gg[:, :, sl]
-        if hs.shape[3] == 0:
-            continue
-        hs[:, :, 0 if steps.step == 1 else K - 1].zero_()
-        accs = None if acc is None else acc[:, :, sl]
-        for k in steps:
-            prev = k - steps.step
-            torch.mul(hs[:, :, prev], gs, out=hs[:, :, k])
-            hs[:, :, k].add_(us[:, :, prev])
-            if accs is not None:
-                accs.addcmul_(hs[:, :, k], dot_with[:, :, k, sl])
+    first, steps = (K - 1, range(K - 2, -1, -1)) if reverse else (0, range(1, K))
+    if h0 is None:
+        h[:, :, first].zero_()
+    else:
+        h[:, :, first].copy_(h0)
+    if acc is not None:
+        acc.addcmul_(h[:, :, first], dot_with[:, :, first])
+    for k in steps:
+        prev = k - steps.step
+        # slice assignment (not ``out=``): torch.compile refuses non-contiguous ``out=`` tensors
+        h[:, :, k] = torch.addcmul(u[:, :, prev], h[:, :, prev], gg)
+        if acc is not None:
+            acc.addcmul_(h[:, :, k], dot_with[:, :, k])
     return h, None if acc is None else acc.sum((0, 3))
 
 
 class _ChunkScan(torch.autograd.Function):
-    """:func:`_scan_steps` with its adjoint: ``u (B, H, K, R, M)``, ``g (H, R)`` -> ``h``.
+    """:func:`_scan_steps` with its adjoint: ``u (B, H, K, R, M)``, ``g (H, R)``, ``h0 (B, H, R, M)`` -> ``h``.
 
-    Backward: ``grad_u`` is the opposite-direction exclusive scan of ``grad_h``, and
-    ``grad_g = sum_k <grad_u_k, h_k>`` (for a forward term, ``h_{k+1} = g h_k + u_k``:
-    the adjoint of ``h_{k+1}`` is ``grad_u_k`` and it meets ``d h_{k+1} / d g = h_k``).
+    Backward: ``grad_u`` is the opposite-direction exclusive scan of ``grad_h``;
+    ``grad_g = sum_k <grad_u_k, h_k>`` (for a forward scan, ``h_{k+1} = g h_k + u_k``:
+    the adjoint of ``h_{k+1}`` is ``grad_u_k`` and it meets ``d h_{k+1} / d g = h_k``);
+    ``grad_h0 = grad_h[first] + g grad_u[first]`` (``h0`` reaches ``h_k`` as ``g^k h0``).
     """
 
     @staticmethod
-    def forward(ctx, u, g, n_fwd: int):  # type: ignore[override]
-        h, _ = _scan_steps(u, g, n_fwd, swap=False)
+    def forward(ctx, u, g, reverse: bool, h0):  # type: ignore[override]
+        h, _ = _scan_steps(u, g, reverse, h0)
         ctx.save_for_backward(g, h)
-        ctx.n_fwd = n_fwd
+        ctx.reverse = reverse
         return h
 
     @staticmethod
     def backward(ctx, grad_h):  # type: ignore[override]
         g, h = ctx.saved_tensors
         dot_with = h if ctx.needs_input_grad[1] else None
-        grad_u, grad_g = _scan_steps(grad_h.contiguous(), g, ctx.n_fwd, swap=True, dot_with=dot_with)
-        return grad_u, grad_g, None
+        grad_h = grad_h.contiguous()
+        grad_u, grad_g = _scan_steps(grad_h, g, not ctx.reverse, dot_with=dot_with)
+        grad_h0 = None
+        if ctx.needs_input_grad[3]:
+            first = h.shape[2] - 1 if ctx.reverse else 0
+            grad_h0 = torch.addcmul(grad_h[:, :, first], grad_u[:, :, first], g[None, :, :, None])
+        return grad_u, grad_g, None, grad_h0
 
 
 def decay_kernelized_attention(
@@ -282,6 +295,13 @@ def decay_kernelized_attention(
     matrix products plus the hand-written adjoint of the scan over chunks
     (:class:`_ChunkScan`); memory ``O(n (C + R m + d + R m d / C))`` per head.
 
+    The work is cut into pieces whose largest temporaries stay near ``block_bytes``:
+    groups of heads, and for long sequences runs of chunks (segments) that hand
+    their scan states on to the next segment (past terms, in order) or the previous
+    one (future terms, in reverse order). Allocations above glibc's mmap threshold
+    (32 MiB) are returned to the system when freed and page-faulted in again on
+    every pass, which made the unsegmented form grow faster than ``n``.
+
     Args:
         phi_q, phi_k, v: ``(B, H, n, m)``, ``(B, H, n, m)``, ``(B, H, n, d)`` (equal lengths).
         amplitudes, rates: ``(H, R)`` past terms (``t = j - i <= 0``); may require grad.
@@ -290,8 +310,8 @@ def decay_kernelized_attention(
         chunk: chunk length C (>= 2; ``min(C, n)`` is used).
         checkpoint: accepted for backward compatibility and ignored (the chunkwise form
             needs no recomputation).
-        block_bytes: heads are processed in groups whose largest temporaries stay near
-            this size (default 32 MiB); None = default.
+        block_bytes: bound on the largest temporaries of one piece (heads x chunks);
+            None = :data:`DEFAULT_HEAD_GROUP_BYTES`.
         check_inputs: refuse NaN/inf in ``phi_q``, ``phi_k``, ``v`` (one pass over each;
             False in hot loops whose inputs are known to be finite). A query whose keys
             all have zero weight gets 0, never NaN.
@@ -314,35 +334,30 @@ def decay_kernelized_attention(
     check_key_padding_mask(key_padding_mask, B, n)
     if key_padding_mask is not None:
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-    C = min(chunk, n)
-    K = -(-n // C)
-    Rt = rates.shape[1] + (0 if future is None else future[1].shape[1])
-    # heads in groups whose largest temporaries (n x max(C, Rt m, d+1) per head) stay near
-    # ``block_bytes``: small buffers are recycled by the allocator, while fresh ones above
-    # glibc's 32 MiB mmap threshold cost page faults on every pass
-    per_head = B * K * C * max(C, Rt * m, v.shape[-1] + 1) * v.element_size()
-    hg = max(1, min(H, (DEFAULT_HEAD_GROUP_BYTES if block_bytes is None else block_bytes) // per_head))
-    outs = []
-    for h0 in range(0, H, hg):
-        hs = slice(h0, h0 + hg)
-        fut = None if future is None else (future[0][hs], future[1][hs])
-        outs.append(_chunkwise(phi_q[:, hs], phi_k[:, hs], v[:, hs], amplitudes[hs], rates[hs], fut, C))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    return chunkwise_attention(phi_q, phi_k, v, (amplitudes, rates), future, chunk=chunk, block_bytes=block_bytes)
 
 
-def _chunkwise(
+def chunkwise_attention(
     phi_q: torch.Tensor,
     phi_k: torch.Tensor,
     v: torch.Tensor,
-    amplitudes: torch.Tensor,
-    rates: torch.Tensor,
+    past: tuple[torch.Tensor, torch.Tensor] | None,
     future: tuple[torch.Tensor, torch.Tensor] | None,
-    C: int,
+    *,
+    chunk: int = DEFAULT_ATTENTION_CHUNK,
+    block_bytes: int | None = None,
 ) -> torch.Tensor:
-    """The chunkwise form on checked inputs (see :func:`decay_kernelized_attention`)."""
+    """The chunkwise form on checked inputs (see :func:`decay_kernelized_attention`).
+
+    ``past = None`` is plain causal linear attention (``c_t = 1`` for ``t <= 0``, no
+    future): the same chunked form with every decay factor 1, so no weighting passes
+    (used by :func:`~posenc.attention.kernelized.kernelized_attention` for
+    ``causal=True`` without RPE). Key padding must already be applied (``phi_k = 0``).
+    """
     B, H, n, m = phi_q.shape
     d = v.shape[-1]
     e = d + 1
+    C = min(chunk, n)
     K = -(-n // C)
     pad = K * C - n
     vv = _vv(v)
@@ -351,33 +366,102 @@ def _chunkwise(
     q = phi_q.reshape(B, H, K, C, m)
     k = phi_k.reshape(B, H, K, C, m)
     vv = vv.reshape(B, H, K, C, e)
-
-    # intra-chunk: (Q K^T * T) [V, 1], T[s, s'] = c_{s'-s}
-    c = decay_coeffs(amplitudes, rates, C, C, future).to(v.dtype)  # (H, 2C-1), offsets -(C-1)..C-1
-    i = torch.arange(C, device=c.device)
-    T = c[:, i[None, :] - i[:, None] + C - 1]  # (H, C, C)
-    nd = ((q @ k.transpose(-1, -2)) * T[:, None]) @ vv  # (B, H, K, C, e)
-
-    if K > 1:
-        s = torch.arange(C, device=rates.device, dtype=rates.dtype)
-        terms = [(amplitudes, rates, C - 1 - s, s + 1, False)]
-        if future is not None:
-            terms.append((future[0], future[1], s, C - s, True))
-        w_in = torch.cat([torch.exp(-lam[..., None] * wi) for _, lam, wi, _, _ in terms], 1)  # (H, Rt, C)
-        w_out = torch.cat([a[..., None] * torch.exp(-lam[..., None] * wo) for a, lam, _, wo, _ in terms], 1)
-        w_in, w_out = w_in.to(v.dtype), w_out.to(v.dtype)
-        Rt = w_in.shape[1]
-        # U[k] = sum_s' w_in[r, s'] phi_k[k, s'] (x) vv[k, s']: one matmul with (r, m) folded
-        kw = (k[:, :, :, :, None, :] * w_in.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, H, K, C, Rt * m)
-        U = (kw.transpose(-1, -2) @ vv).reshape(B, H, K, Rt, m * e)
-        g = torch.exp(-torch.cat([lam for _, lam, _, _, _ in terms], 1) * C).to(v.dtype)  # (H, Rt)
-        Hs = _ChunkScan.apply(U, g, rates.shape[1]).reshape(B, H, K, Rt * m, e)
-        qw = (q[:, :, :, :, None, :] * w_out.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, H, K, C, Rt * m)
-        nd = torch.baddbmm(nd.reshape(-1, C, e), qw.reshape(-1, C, Rt * m), Hs.reshape(-1, Rt * m, e))
-    nd = nd.reshape(B, H, K * C, e)
+    R = 1 if past is None else max(past[1].shape[1], 0 if future is None else future[1].shape[1])
+    # pieces of (heads x chunks) whose largest temporaries (per chunk and head: C x max(C, R m,
+    # d + 1), or the R x m x (d + 1) scan state) stay near the budget: small buffers are recycled
+    # by the allocator, while fresh ones above glibc's 32 MiB mmap threshold cost page faults on
+    # every pass
+    budget = DEFAULT_HEAD_GROUP_BYTES if block_bytes is None else block_bytes
+    per_chunk = B * max(C * max(C, R * m, e), R * m * e) * v.element_size()
+    hg = max(1, min(H, budget // (per_chunk * K)))
+    Ks = K if hg > 1 or per_chunk * K <= budget else max(1, budget // per_chunk)
+    outs = []
+    for h0 in range(0, H, hg):
+        hs = slice(h0, h0 + hg)
+        p = None if past is None else (past[0][hs], past[1][hs])
+        f = None if future is None else (future[0][hs], future[1][hs])
+        outs.append(_chunkwise_heads(q[:, hs], k[:, hs], vv[:, hs], p, f, C, Ks))
+    nd = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)).reshape(B, H, K * C, e)
     if pad:  # padded query rows are dropped before dividing (their denominators are 0)
         nd = nd[:, :, :n]
-    return safe_ratio(nd[..., :d], nd[..., d:])
+    return ratio_of_last(nd)
+
+
+def _direction_weights(terms, C: int, future: bool, dtype):
+    """``w_in (H, R, C)``, ``w_out (H, R, C)`` and ``lambda C (H, R)`` of one direction's terms.
+
+    Past: a chunk's state is ``sum_s' gamma^(C-1-s') x_s'``, position s reads ``a gamma^(s+1) H``;
+    future: ``sum_s' gamma^s' x_s'`` and ``a gamma^(C-s) H``.
+    """
+    a, lam = terms
+    s = torch.arange(C, device=lam.device, dtype=lam.dtype)
+    w_in, w_out = (s, C - s) if future else (C - 1 - s, s + 1)
+    w_in = torch.exp(-lam[..., None] * w_in).to(dtype)
+    w_out = (a[..., None] * torch.exp(-lam[..., None] * w_out)).to(dtype)
+    return w_in, w_out, (lam * C).to(dtype)
+
+
+def _chunkwise_heads(q, k, vv, past, future, C: int, Ks: int) -> torch.Tensor:
+    """Numerators and denominators ``(B, h, K, C, e)`` of one group of heads, segment by segment."""
+    B, h, K, _, m = q.shape
+    e = vv.shape[-1]
+    # intra-chunk Toeplitz block T[s, s'] = c_{s'-s}, every term of both directions (None: the causal
+    # mask of plain attention, applied with tril_)
+    T = None
+    if past is not None:
+        c = decay_coeffs(past[0], past[1], C, C, future).to(q.dtype)  # (h, 2C-1), offsets -(C-1)..C-1
+        i = torch.arange(C, device=c.device)
+        T = c[:, i[None, :] - i[:, None] + C - 1][:, None]
+    segs = [(s0, min(s0 + Ks, K)) for s0 in range(0, K, Ks)]
+    pieces = []
+    pw = None if past is None else _direction_weights(past, C, False, q.dtype)
+    carry = None
+    for s0, s1 in segs:
+        qs, ks, vs = q[:, :, s0:s1], k[:, :, s0:s1], vv[:, :, s0:s1]
+        S = qs @ ks.transpose(-1, -2)  # (B, h, Ks, C, C); in place where autograd allows (T without grad)
+        S = S.tril_() if T is None else (S * T if T.requires_grad else S.mul_(T))
+        nd = S @ vs  # (B, h, Ks, C, e)
+        if K > 1:
+            nd, carry = _cross_chunks(nd, qs, ks, vs, pw, carry, reverse=False, last=s1 == K)
+        pieces.append(nd)
+    if future is not None and K > 1:
+        fw = _direction_weights(future, C, True, q.dtype)
+        carry = None
+        for j in range(len(segs) - 1, -1, -1):
+            s0, s1 = segs[j]
+            pieces[j], carry = _cross_chunks(pieces[j], q[:, :, s0:s1], k[:, :, s0:s1], vv[:, :, s0:s1], fw, carry,
+                                             reverse=True, last=s0 == 0)
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
+
+
+def _cross_chunks(nd, qs, ks, vs, weights, carry, *, reverse: bool, last: bool):
+    """Add the contributions of the other chunks of one direction to ``nd (B, h, Ks, C, e)``.
+
+    ``weights``: ``(w_in, w_out, lambda C)`` of :func:`_direction_weights`, or None for plain
+    causal attention (every factor 1). ``carry (B, h, R, m e)``: the scan state entering this
+    segment from the previous one (None at the sequence's start or end). Returns the new ``nd``
+    and the state to hand on (None when ``last``).
+    """
+    B, h, Ks, C, m = qs.shape
+    e = vs.shape[-1]
+    if weights is None:
+        R, kw, qw = 1, ks, qs
+        g = torch.ones(h, 1, device=qs.device, dtype=qs.dtype)
+    else:
+        w_in, w_out, lam_c = weights
+        R = w_in.shape[1]
+        # U[k] = sum_s' w_in[r, s'] phi_k[k, s'] (x) vv[k, s']: one matmul with (r, m) folded
+        kw = (ks[:, :, :, :, None, :] * w_in.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, h, Ks, C, R * m)
+        qw = (qs[:, :, :, :, None, :] * w_out.transpose(1, 2)[None, :, None, :, :, None]).reshape(B, h, Ks, C, R * m)
+        g = torch.exp(-lam_c)  # (h, R): the factor per chunk
+    U = (kw.transpose(-1, -2) @ vs).reshape(B, h, Ks, R, m * e)
+    Hs = _ChunkScan.apply(U, g, reverse, carry)
+    new_carry = None
+    if not last:
+        edge = 0 if reverse else Ks - 1
+        new_carry = torch.addcmul(U[:, :, edge], Hs[:, :, edge], g[None, :, :, None])
+    nd = torch.baddbmm(nd.reshape(-1, C, e), qw.reshape(-1, C, R * m), Hs.reshape(-1, R * m, e))
+    return nd.reshape(B, h, Ks, C, e), new_carry
 
 
 class DecayDecoder:

@@ -39,7 +39,6 @@ from posenc._checks import (
     check_tensor,
 )
 from posenc.attention.toeplitz import (
-    DEFAULT_BLOCK_BYTES,
     _pow2_scale,
     causal_coeffs,
     check_coeffs,
@@ -56,6 +55,13 @@ from posenc.attention.toeplitz import (
 #: float32, 1 thread) on the development machine: see ``bench_krpe.py``
 #: (``attention_crossover``) and docs/krpe.md.
 DENSE_MAX_N = 1536
+
+#: Default bound on the spectra of one block of the FFT path (bytes): 512 KiB keeps a block's
+#: buffers (channels, their spectra, the inverse transforms) near the 1 MiB L2 cache of the
+#: development machine; in a sweep of the block size (``bench_krpe.py``, ``block_sweep``)
+#: forward+backward was fastest, or tied, at 0.5-1 MiB for n = 4,096 to 65,536. From n ~ 8k on,
+#: the floor of :data:`~posenc.attention.toeplitz.MIN_LINES` lines per transform decides.
+ATTENTION_BLOCK_BYTES = 512 * 2**10
 
 METHODS = ("auto", "fft", "dense")
 
@@ -89,6 +95,36 @@ def safe_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     never ``0/0 = NaN``.
     """
     return num / torch.where(den == 0, torch.ones_like(den), den)
+
+
+class _LastRatio(torch.autograd.Function):
+    """``nd (..., e) -> nd[..., :e-1] / nd[..., e-1:]`` with a zero denominator read as 1.
+
+    The same values and gradients as ``safe_ratio(nd[..., :-1], nd[..., -1:])`` under
+    autograd, which builds a zero-filled ``nd``-sized gradient for each of the two slices
+    and adds them; this backward writes ``[dz / den, -(dz . z) / den]`` once.
+    """
+
+    @staticmethod
+    def forward(ctx, nd):  # type: ignore[override]
+        den = nd[..., -1:]
+        zero = den == 0
+        den = torch.where(zero, torch.ones_like(den), den)
+        z = nd[..., :-1] / den
+        ctx.save_for_backward(z, den, zero)
+        return z
+
+    @staticmethod
+    def backward(ctx, dz):  # type: ignore[override]
+        z, den, zero = ctx.saved_tensors
+        g_num = dz / den
+        g_den = (g_num * z).sum(-1, keepdim=True).neg_().masked_fill_(zero, 0.0)  # d/dden of a 1 is 0
+        return torch.cat((g_num, g_den), dim=-1)
+
+
+def ratio_of_last(nd: torch.Tensor) -> torch.Tensor:
+    """``nd[..., :-1] / nd[..., -1:]`` (numerators, then the denominator), 0 where the denominator is 0."""
+    return _LastRatio.apply(nd)
 
 
 def check_all_finite(check_inputs: bool, **tensors: torch.Tensor | None) -> None:
@@ -128,6 +164,27 @@ def _blocks(m: int, d1: int, lines: int) -> list[tuple[int, int, int, int]]:
     return [(a, a + 1, f0, f1) for a in range(m) for f0, f1 in even_ranges(d1, lines)]
 
 
+def _outer_into(out: torch.Tensor, a: torch.Tensor, f: torch.Tensor) -> None:
+    """``out[a, f, :] = a[a, 0, :] * f[0, f, :]`` for ``a (na, 1, n)``, ``f (1, nf, n)`` without a temporary.
+
+    One pass with ``out=`` in eager mode; two in-place passes (copy, multiply) while tracing,
+    since ``torch.compile`` refuses a non-contiguous ``out=`` tensor.
+    """
+    if _compiling():
+        out.copy_(f.expand(out.shape)).mul_(a)
+    else:
+        torch.mul(a, f, out=out)
+
+
+def _staging(v: torch.Tensor, rows: int, n: int, ones_row: bool = False) -> torch.Tensor:
+    """A ``(rows, n)`` buffer the slices of one (batch x head) are copied into, channel-major;
+    with ``ones_row`` its last row is the constant channel of ones (``[v, 1]``), written once."""
+    out = v.new_empty((rows, n))
+    if ones_row:
+        out[-1].fill_(1.0)
+    return out
+
+
 class KernelizedRPEFunction(torch.autograd.Function):
     """Eq. 10 by FFT on flattened slices; stores inputs and ``den``, recomputes spectra.
 
@@ -140,28 +197,54 @@ class KernelizedRPEFunction(torch.autograd.Function):
     contiguous dim). A block's spectra are sized to stay in cache
     (``block_bytes``), which keeps the cost per transform flat as ``n`` grows.
     Forward issues 2 transforms per block, backward 4 (the forward's spectra are
-    recomputed instead of stored, so memory is linear in ``n``).
+    recomputed instead of stored, so memory is linear in ``n``), in 2 calls: the
+    block's channels and the output gradient's channels are transformed together,
+    multiplied by the kernel's spectrum and its conjugate, and transformed back together.
+
+    Everything between the transforms is done in place or into buffers reused
+    from block to block: a block's channels are written into the first ``n``
+    columns of a zero-padded ``(lines, L)`` buffer (its zero tail is written once,
+    so the transforms need no padding copy), and the contractions with ``phi_q``,
+    ``[v, 1]`` and the output gradient accumulate with ``addcmul_`` or reduce the
+    inverse transform's own output, so no block-sized temporary is allocated
+    besides the transforms' outputs.
     """
 
     @staticmethod
     def forward(ctx, phi_q, phi_k, v, coeffs, block_bytes: int):  # type: ignore[override]
         G, n_q, m = phi_q.shape
         n_k, d = v.shape[-2:]
+        e = d + 1
         length = next_fast_len(n_q + n_k - 1)
-        blocks = _blocks(m, d + 1, lines_per_block(length, m * (d + 1), block_bytes, v.element_size()))
+        blocks = _blocks(m, e, lines_per_block(length, m * e, block_bytes, v.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
-        num_den = v.new_zeros((G, d + 1, n_q))
+        num_den = v.new_empty((G, e, n_q))
+        # per (batch x head) slice: phi_k, [v, 1], phi_q channel-major in staging buffers, so that
+        # every block's views below are made once, not once per slice
+        pk, vv, pq, nd = _staging(v, m, n_k), _staging(v, e, n_k, True), _staging(v, m, n_q), _staging(v, e, n_q)
+        buf = v.new_zeros((max((a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks), length))  # zero tail
+        plan = []
+        for a0, a1, f0, f1 in blocks:
+            na, nf = a1 - a0, f1 - f0
+            A = buf[: na * nf]
+            plan.append((A, A.view(na, nf, length)[..., :n_k], pk[a0:a1, None], vv[None, f0:f1],
+                         [(r * nf, (r + 1) * nf, pq[a0 + r]) for r in range(na)], nd[f0:f1]))
         for g in range(G):
-            vvT = _vv(v[g]).T.contiguous()  # (d+1, n_k)
-            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()  # (m, n)
-            for a0, a1, f0, f1 in blocks:
-                A = (pkT[a0:a1, None, :] * vvT[None, f0:f1]).reshape(-1, n_k)
-                Af = torch.fft.rfft(A, n=length, dim=-1)
-                del A
-                Af.mul_(hf[g])
-                D = torch.fft.irfft(Af, n=length, dim=-1)[..., :n_q]
+            pk.copy_(phi_k[g].T)
+            vv[:d].copy_(v[g].T)
+            pq.copy_(phi_q[g].T)
+            nd.zero_()
+            hg = hf[g]
+            for A, A_n, pk_b, vv_b, rows, nd_b in plan:
+                _outer_into(A_n, pk_b, vv_b)
+                Af = torch.fft.rfft(A, dim=-1)
+                Af.mul_(hg)
+                D = torch.fft.irfft(Af, n=length, dim=-1)
                 del Af
-                num_den[g, f0:f1] += (D.view(a1 - a0, f1 - f0, n_q) * pqT[a0:a1, None, :]).sum(0)
+                for r0, r1, pq_row in rows:
+                    nd_b.addcmul_(D[r0:r1, :n_q], pq_row)
+                del D
+            num_den[g].copy_(nd)
         den = num_den[:, d]
         den = torch.where(den == 0, torch.ones_like(den), den)  # zero-weight rows: z = 0, not NaN
         z = (num_den[:, :d] / den[:, None]).transpose(1, 2)
@@ -175,44 +258,60 @@ class KernelizedRPEFunction(torch.autograd.Function):
         length, blocks = ctx.length, ctx.blocks
         G, n_q, m = phi_q.shape
         n_k, d = v.shape[-2:]
+        e = d + 1
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         need_c = ctx.needs_input_grad[3]
-        dphi_qT = phi_q.new_zeros((G, m, n_q))
-        dphi_kT = phi_k.new_zeros((G, m, n_k))
-        dvvT = v.new_zeros((G, d + 1, n_k))
+        dphi_qT = phi_q.new_empty((G, m, n_q))
+        dphi_kT = phi_k.new_empty((G, m, n_k))
+        dvT = v.new_empty((G, d, n_k))
         cross = hf.new_zeros(hf.shape) if need_c else None
-        # gradient w.r.t. [num_i, den_i], channel-major: (G, d+1, n_q)
+        # gradient w.r.t. [num_i, den_i]: (G, n_q, d+1)
         gnum = dz / den[..., None]
         gden = -(dz * z).sum(-1, keepdim=True) / den[..., None]
-        gradT = torch.cat((gnum, gden), dim=-1).transpose(1, 2).contiguous()
+        grad = torch.cat((gnum, gden), dim=-1)
+        pk, vv, pq, gr = _staging(v, m, n_k), _staging(v, e, n_k, True), _staging(v, m, n_q), _staging(v, e, n_q)
+        dq, dk, dvv = _staging(v, m, n_q), _staging(v, m, n_k), _staging(v, e, n_k)
+        # [A; dD] of a block: one zero-tailed buffer per block size (rows keep their role)
+        bufs = {s: v.new_zeros((2 * s, length)) for s in {(a1 - a0) * (f1 - f0) for a0, a1, f0, f1 in blocks}}
+        plan = []
+        for a0, a1, f0, f1 in blocks:
+            na, nf = a1 - a0, f1 - f0
+            s = na * nf
+            buf = bufs[s]
+            plan.append((s, buf, buf[:s].view(na, nf, length)[..., :n_k], buf[s:].view(na, nf, length)[..., :n_q],
+                         pk[a0:a1, None], vv[None, f0:f1], pq[a0:a1, None], gr[None, f0:f1], (na, nf),
+                         dq[a0:a1], dk[a0:a1], dvv[f0:f1], [(r * nf, (r + 1) * nf, pk[a0 + r]) for r in range(na)]))
         for g in range(G):
-            vvT = _vv(v[g]).T.contiguous()
-            pkT, pqT = phi_k[g].T.contiguous(), phi_q[g].T.contiguous()
-            hg, hgc = hf[g], hf[g].conj()
-            for a0, a1, f0, f1 in blocks:
-                na, nf = a1 - a0, f1 - f0
-                A = (pkT[a0:a1, None, :] * vvT[None, f0:f1]).reshape(-1, n_k)
-                Af = torch.fft.rfft(A, n=length, dim=-1)
-                del A
-                D = torch.fft.irfft(Af * hg, n=length, dim=-1)[..., :n_q].view(na, nf, n_q)
-                dphi_qT[g, a0:a1] += (D * gradT[g, None, f0:f1]).sum(1)
-                del D
-                dD = (pqT[a0:a1, None, :] * gradT[g, None, f0:f1]).reshape(-1, n_q)
-                dDf = torch.fft.rfft(dD, n=length, dim=-1)
-                del dD
+            pk.copy_(phi_k[g].T)
+            vv[:d].copy_(v[g].T)
+            pq.copy_(phi_q[g].T)
+            gr.copy_(grad[g].T)
+            dq.zero_()
+            dk.zero_()
+            dvv.zero_()
+            hh = torch.stack((hf[g], hf[g].conj()))[:, None]  # C for A, C^T for dD
+            for s, buf, A_n, dD_n, pk_b, vv_b, pq_b, gr_b, shape, dq_b, dk_b, dv_b, rows in plan:
+                _outer_into(A_n, pk_b, vv_b)  # A = phi_k (x) [v, 1]
+                _outer_into(dD_n, pq_b, gr_b)  # dD = phi_q (x) grad
+                spec = torch.fft.rfft(buf, dim=-1)  # both in one call
                 if need_c:
-                    cross[g] += (Af.conj_physical_().mul_(dDf)).sum(0)
-                del Af
-                dDf.mul_(hgc)
-                dA = torch.fft.irfft(dDf, n=length, dim=-1)[..., :n_k].view(na, nf, n_k)
-                del dDf
-                dphi_kT[g, a0:a1] += (dA * vvT[None, f0:f1]).sum(1)
-                dvvT[g, f0:f1] += (dA * pkT[a0:a1, None, :]).sum(0)
+                    cross[g] += torch.linalg.vecdot(spec[:s], spec[s:], dim=0)  # sum over lines: conj(Af) dDf
+                spec.view(2, s, -1).mul_(hh)
+                res = torch.fft.irfft(spec, n=length, dim=-1)
+                del spec
+                # dphi_q = sum_f D * grad with D = C A (recomputed); dA = C^T dD -> d[v, 1], dphi_k
+                dq_b += res[:s].view(*shape, length)[..., :n_q].mul_(gr_b).sum(1)
+                for r0, r1, pk_row in rows:
+                    dv_b.addcmul_(res[s + r0 : s + r1, :n_k], pk_row)
+                dk_b += res[s:].view(*shape, length)[..., :n_k].mul_(vv_b).sum(1)
+                del res
+            dphi_qT[g].copy_(dq)
+            dphi_kT[g].copy_(dk)
+            dvT[g].copy_(dvv[:d])
         dcoeffs = None
         if need_c:
             dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k)
-        dv = dvvT[:, :d].transpose(1, 2)
-        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dv, dcoeffs, None
+        return dphi_qT.transpose(1, 2), dphi_kT.transpose(1, 2), dvT.transpose(1, 2), dcoeffs, None
 
 
 def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
@@ -220,13 +319,6 @@ def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
     if coeffs is not None:
         s = s * toeplitz_dense(coeffs, n_q, n_k)
     return safe_ratio(s @ v, s.sum(-1, keepdim=True))
-
-
-def _linear_causal(phi_q, phi_k, v):
-    """Causal kernelized attention without RPE by prefix sums (Katharopoulos et al. 2020)."""
-    kv = torch.cumsum(phi_k[..., :, None] * _vv(v)[..., None, :], dim=-3)
-    nd = torch.einsum("...im,...ime->...ie", phi_q, kv)
-    return safe_ratio(nd[..., :-1], nd[..., -1:])
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, names=("q", "k", "v")) -> None:
@@ -262,7 +354,7 @@ def check_key_padding_mask(mask: torch.Tensor | None, batch: int, n_k: int) -> N
         raise ValueError(
             f"key_padding_mask must have shape (batch, n_k) = ({batch}, {n_k}), got {tuple(mask.shape)}"
         )
-    if bool(mask.all(-1).any()):
+    if not _compiling() and bool(mask.all(-1).any()):  # data-dependent: eager only
         raise ValueError("key_padding_mask masks every key of some batch row; attention is undefined")
 
 
@@ -276,7 +368,7 @@ def kernelized_attention(
     key_padding_mask: torch.Tensor | None = None,
     method: str = "auto",
     compute_dtype: torch.dtype | None = None,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    block_bytes: int = ATTENTION_BLOCK_BYTES,
     check_inputs: bool = True,
 ) -> torch.Tensor:
     """Kernelized attention with a Toeplitz RPE (Luo et al. 2021, Eq. 10).
@@ -287,13 +379,15 @@ def kernelized_attention(
         v: values ``(batch, heads, n_k, d)``.
         coeffs: ``c_t = exp(b_t)`` of offsets ``-(n_q-1)..n_k-1``, shape broadcastable
             to ``(batch, heads, n_q + n_k - 1)`` (e.g. ``(heads, L)``); ``None`` = no RPE
-            (``c = 1``, plain linear attention in ``O(n m d)``).
+            (``c = 1``, plain linear attention in ``O(n m d)``; causal: the chunkwise form of
+            :func:`~posenc.attention.decay.chunkwise_attention` with every decay factor 1).
         causal: only keys ``j <= i`` (needs ``n_q == n_k``).
         key_padding_mask: ``(batch, n_k)`` bool, True = ignore that key.
         method: ``"fft"``, ``"dense"`` (materialised n_q x n_k) or ``"auto"``.
         compute_dtype: accumulate in this dtype (e.g. ``torch.float64``), cast back.
             Half-precision inputs (float16, bfloat16) are computed in float32.
-        block_bytes: bound on the spectra held at once by the FFT path.
+        block_bytes: bound on the spectra of one block of the FFT path (default
+            :data:`ATTENTION_BLOCK_BYTES`).
         check_inputs: check that ``phi_q``, ``phi_k``, ``v``, ``coeffs`` are finite and
             that the result did not overflow (one pass over each; pass False in hot
             loops whose inputs are known to be finite).
@@ -325,11 +419,14 @@ def kernelized_attention(
     if key_padding_mask is not None:
         phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
     if coeffs is None:
-        if causal:
-            return check_output(check_inputs, _linear_causal(phi_q, phi_k, v), "kernelized_attention").to(out_dtype)
+        if causal:  # the chunkwise form of causal linear attention, with every decay factor 1
+            from posenc.attention.decay import chunkwise_attention
+
+            z = chunkwise_attention(phi_q, phi_k, v, None, None)
+            return check_output(check_inputs, z, "kernelized_attention").to(out_dtype)
         kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
         nd = phi_q @ kv
-        return check_output(check_inputs, safe_ratio(nd[..., :-1], nd[..., -1:]), "kernelized_attention").to(out_dtype)
+        return check_output(check_inputs, ratio_of_last(nd), "kernelized_attention").to(out_dtype)
     check_coeffs(coeffs, n_q, n_k)
     check_finite("coeffs", coeffs)
     try:
@@ -375,6 +472,7 @@ def feature_scale(d: int) -> float:
 
 
 __all__ = [
+    "ATTENTION_BLOCK_BYTES",
     "DENSE_MAX_N",
     "KernelizedRPEFunction",
     "bounded_bias",

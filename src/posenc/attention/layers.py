@@ -1,8 +1,20 @@
 """Attention modules: kernelized attention with RPE (Luo et al., NeurIPS 2021).
 
-:class:`KernelizedAttention` maps projected ``q, k, v (batch, heads, n, d)`` to
-``(batch, heads, n_q, d)``; :class:`KernelizedMultiheadAttention` adds the input
-and output projections on ``(batch, n, embed_dim)``.
+Three modules compute the same attention; they differ in what they take and return:
+
+* :class:`KernelizedAttention` -- the core, on projected heads:
+  ``q, k, v (batch, heads, n, d) -> (batch, heads, n_q, d)``.
+* :class:`KernelizedAttentionLayer` -- posenc's own layer with separate q/k/v/output
+  projections, ``layer(x, context=None, key_padding_mask=None, positions=None) ->
+  (batch, n_q, embed_dim)`` (a tensor); batch first; ``positions`` is accepted and ignored
+  so that it plugs into :class:`posenc.models.TransformerEncoder` (``attention=`` factory).
+  It is **not** a drop-in for ``nn.MultiheadAttention`` (different call signature,
+  return value and parameter names). Formerly ``KernelizedMultiheadAttention``: that name
+  still works, with a ``DeprecationWarning``.
+* :class:`posenc.attention.KernelizedMHA` (in :mod:`posenc.attention.mha`) -- the
+  ``nn.MultiheadAttention`` drop-in: its constructor arguments, ``forward(query, key,
+  value, ...) -> (output, None)``, PyTorch's masks and ``batch_first``, the packed
+  ``in_proj_weight``, and ``from_torch`` to load a trained ``nn.MultiheadAttention``.
 
 Options: ``rpe`` = ``"table"`` (per-head learned bias ``b_t`` for ``|t| <= max_distance``;
 farther offsets share the edge value so any length works at inference), ``"decay"``
@@ -16,12 +28,14 @@ softmax attention with the same bias (the reference of the experiments).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import (
+    _compiling,
     check_bool,
     check_choice,
     check_device,
@@ -30,7 +44,7 @@ from posenc._checks import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.attention.alibi import alibi_kernelized_attention, alibi_slopes
+from posenc.attention.alibi import alibi_slopes
 from posenc.attention.decay import decay_coeffs, decay_kernelized_attention
 from posenc.attention.features import PositiveRandomFeatures, TrigRandomFeatures
 from posenc.attention.kernelized import (
@@ -74,7 +88,9 @@ class KernelizedAttention(nn.Module):
             the float32 guarantee in :mod:`posenc.attention.kernelized`.
         compute_dtype: accumulate the Toeplitz products in this dtype (e.g. float64);
             ``"auto"`` (default) switches float32 inputs to float64 accumulation when the
-            visible bias range exceeds :data:`AUTO_FLOAT64_RANGE` nats.
+            visible bias range exceeds :data:`AUTO_FLOAT64_RANGE` nats (never when
+            ``bias_range <= AUTO_FLOAT64_RANGE``; always in code traced by ``torch.compile`` or
+            ``torch.export``, where the range is not known: see :meth:`_needs_float64`).
         method: ``"auto"``, ``"fft"`` or ``"dense"`` for the table RPE.
         seed: seed of the random features.
         device, dtype: of parameters and buffers.
@@ -219,25 +235,45 @@ class KernelizedAttention(nn.Module):
             a, lam, fut = self._decay_params()
             if self.causal:
                 fut = None
-            return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask)
+            return decay_kernelized_attention(phi_q, phi_k, v, a, lam, fut, key_padding_mask=key_padding_mask,
+                                              check_inputs=self.check_inputs)
         if self.rpe == "alibi":
             if n_q != n_k:
                 raise ValueError(f"rpe='alibi' needs n_q == n_k (self-attention), got {n_q} and {n_k}")
-            return alibi_kernelized_attention(phi_q, phi_k, v, self.slopes.to(v.dtype), causal=self.causal,
-                                              key_padding_mask=key_padding_mask)
+            # exp(-m |t|): one decay term of amplitude 1 and rate m per direction (Press et al.'s
+            # slopes, checked when the buffer was built)
+            lam = self.slopes.to(v.dtype)[:, None]
+            a = torch.ones_like(lam)
+            return decay_kernelized_attention(phi_q, phi_k, v, a, lam, None if self.causal else (a, lam),
+                                              key_padding_mask=key_padding_mask, check_inputs=self.check_inputs)
         coeffs = None
         compute_dtype = None if self.compute_dtype == "auto" else self.compute_dtype
         if self.rpe == "table":
             b = self.bias_values(n_q, n_k)
-            if self.compute_dtype == "auto" and v.dtype != torch.float64:
-                visible = b[:, :n_q] if self.causal else b
-                if float((visible.max() - visible.min()).detach()) > AUTO_FLOAT64_RANGE:
-                    compute_dtype = torch.float64
+            if self.compute_dtype == "auto" and v.dtype != torch.float64 and self._needs_float64(b, n_q):
+                compute_dtype = torch.float64
             coeffs = rpe_coeffs(b if compute_dtype is None else b.to(compute_dtype), n_q, causal=self.causal)
         return kernelized_attention(
             phi_q, phi_k, v, coeffs, causal=self.causal, key_padding_mask=key_padding_mask,
             method=self.method, compute_dtype=compute_dtype, check_inputs=self.check_inputs,
         )
+
+    def _needs_float64(self, b: torch.Tensor, n_q: int) -> bool:
+        """``compute_dtype="auto"``: accumulate in float64 when the visible bias range may exceed
+        :data:`AUTO_FLOAT64_RANGE` nats.
+
+        ``bias_range <= AUTO_FLOAT64_RANGE`` bounds it for every value of the bias (no check).
+        Otherwise eager mode reads the range from the bias (one synchronising reduction); under
+        ``torch.compile`` / ``torch.export`` the bias is not known while tracing, so the traced
+        graph takes the safe side, float64 (pass ``compute_dtype=None`` for float32, or a
+        ``bias_range``).
+        """
+        if self.bias_range is not None and self.bias_range <= AUTO_FLOAT64_RANGE:
+            return False
+        if _compiling():
+            return True
+        visible = b[:, :n_q] if self.causal else b
+        return float((visible.max() - visible.min()).detach()) > AUTO_FLOAT64_RANGE
 
     def _features(self, q, k, key_padding_mask):
         if isinstance(self.features, TrigRandomFeatures):
@@ -258,8 +294,17 @@ class KernelizedAttention(nn.Module):
         )
 
 
-class KernelizedMultiheadAttention(nn.Module):
-    """Multi-head kernelized attention with projections: ``(B, n_q, E), (B, n_k, E) -> (B, n_q, E)``.
+class KernelizedAttentionLayer(nn.Module):
+    """posenc's kernelized attention layer with projections: ``(B, n_q, E), (B, n_k, E) -> (B, n_q, E)``.
+
+    Not the ``nn.MultiheadAttention`` drop-in (that is :class:`posenc.attention.KernelizedMHA`):
+    ``forward(x, context=None, key_padding_mask=None, positions=None)`` takes batch-first
+    tensors, a bool ``key_padding_mask`` (True = padded) and returns one tensor, not
+    ``(output, weights)``; the projections are four ``nn.Linear`` (``q_proj``, ``k_proj``,
+    ``v_proj``, ``out_proj``), not a packed ``in_proj_weight``. It is the form that
+    :class:`posenc.models.TransformerEncoder` calls (``attention=`` factory; ``positions`` is
+    ignored: the relative offsets are those of the token order). Formerly
+    ``KernelizedMultiheadAttention`` (still importable, with a ``DeprecationWarning``).
 
     Args:
         embed_dim: E (divisible by ``num_heads``).
@@ -326,3 +371,24 @@ class KernelizedMultiheadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
+
+
+_RENAMED = {"KernelizedMultiheadAttention": "KernelizedAttentionLayer"}
+
+
+def renamed(module: str, name: str):
+    """The object behind a deprecated name of :data:`_RENAMED`, with a ``DeprecationWarning``."""
+    new = _RENAMED[name]
+    warnings.warn(
+        f"{module}.{name} is deprecated and will be removed: it was renamed {new} (posenc's own layer, "
+        f"x -> tensor). The nn.MultiheadAttention drop-in is posenc.attention.KernelizedMHA.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return globals()[new]
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        return renamed(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

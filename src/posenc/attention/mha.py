@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc._checks import check_divisible, check_positive_int, check_tensor
+from posenc._checks import _compiling, check_divisible, check_positive_int, check_tensor
 from posenc.attention.layers import KernelizedAttention
 from posenc.attention.relative_attention import RelativeSelfAttention
 
@@ -293,9 +293,21 @@ class KernelizedMHA(nn.Module, _MHAShape):
     Args:
         embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim,
         batch_first, device, dtype: as in ``nn.MultiheadAttention`` (``dropout`` must be 0:
-            there is no attention matrix to drop from).
+            there is no attention matrix to drop from; :meth:`from_torch` refuses a source
+            with dropout unless told ``dropout=0.0``).
         **kwargs: :class:`~posenc.attention.KernelizedAttention` options (``num_features``,
             ``rpe``, ``max_distance``, ``causal``, ``normalize_qk``, ...).
+
+    This is the drop-in: same constructor, call signature, masks, return value
+    ``(output, None)`` and parameter names as ``nn.MultiheadAttention``. posenc's own layer
+    with the same attention, :class:`~posenc.attention.KernelizedAttentionLayer`, is called
+    ``layer(x, context=None, key_padding_mask=None) -> tensor`` and is what
+    :class:`posenc.models.TransformerEncoder` plugs in.
+
+    Under ``torch.compile(fullgraph=True)`` and ``torch.export`` it traces without graph
+    breaks: the data-dependent input checks (finite values, a fully masked row, the
+    values of ``attn_mask``) run in eager mode only, and ``compute_dtype="auto"`` resolves
+    to float64 accumulation in traced code (see :class:`~posenc.attention.KernelizedAttention`).
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
     average_attn_weights=True, is_causal=False) -> (output, None)``; ``need_weights`` must be
@@ -347,7 +359,22 @@ class KernelizedMHA(nn.Module, _MHAShape):
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention, **kwargs) -> KernelizedMHA:
-        """A :class:`KernelizedMHA` with ``mha``'s projections (its RPE parameters at their initial values)."""
+        """A :class:`KernelizedMHA` with ``mha``'s projections (its RPE parameters at their initial values).
+
+        ``mha``'s attention dropout cannot be honoured (it drops entries of the ``n x n``
+        attention matrix, which kernelized attention never forms), so a source with
+        ``dropout > 0`` is refused unless the call says ``dropout=0.0`` explicitly (for
+        example to convert a model used only in eval mode, where the dropout is off).
+
+        Raises:
+            ValueError: ``mha.dropout > 0`` without an explicit ``dropout=0.0``, or a source
+                layer that the constructor refuses.
+        """
+        if isinstance(mha, nn.MultiheadAttention) and mha.dropout and "dropout" not in kwargs:
+            raise ValueError(
+                f"mha has attention dropout {mha.dropout}, which kernelized attention cannot apply (it never "
+                "forms the attention matrix); pass dropout=0.0 to convert it without dropout"
+            )
         return _from_torch(cls, mha, kwargs)
 
     def forward(
@@ -376,19 +403,30 @@ class KernelizedMHA(nn.Module, _MHAShape):
         causal = self.attention.causal
         if attn_mask is not None:
             check_tensor("attn_mask", attn_mask)
-            mask = attn_mask if attn_mask.dtype == torch.bool else torch.isneginf(attn_mask)
-            if attn_mask.is_floating_point() and not bool(((attn_mask == 0) | mask).all()):
-                raise ValueError("attn_mask: kernelized attention takes only 0/-inf masks (no additive bias)")
-            if mask.shape != (n_q, n_k) or not (n_q == n_k and torch.equal(mask, _causal(n_q, mask.device))):
+            if attn_mask.shape != (n_q, n_k) or n_q != n_k:
                 raise ValueError("attn_mask: kernelized attention supports only the causal mask (L, S) with L == S; "
-                                 "use causal=True or is_causal=True")
+                                 f"got {tuple(attn_mask.shape)} for L={n_q}, S={n_k}; use causal=True or is_causal=True")
+            if not _compiling():  # its values are data: checked in eager mode, trusted in traced code
+                mask = attn_mask if attn_mask.dtype == torch.bool else torch.isneginf(attn_mask)
+                if attn_mask.is_floating_point() and not bool(((attn_mask == 0) | mask).all()):
+                    raise ValueError("attn_mask: kernelized attention takes only 0/-inf masks (no additive bias)")
+                if not torch.equal(mask, _causal(n_q, mask.device)):
+                    raise ValueError("attn_mask: kernelized attention supports only the causal mask (L, S) with "
+                                     "L == S; use causal=True or is_causal=True")
             causal = True
         elif is_causal:
             causal = True
         if causal and not self.attention.causal:
             raise ValueError("a causal mask needs KernelizedMHA(..., causal=True) (the RPE and the O(n) scan are "
                              "built for one direction)")
-        kpm = canonical_key_padding_mask(key_padding_mask, B, n_k)
+        if key_padding_mask is not None and _compiling() and key_padding_mask.is_floating_point():
+            # traced code: a float mask's 0 / -inf values cannot be checked (data); its shape can
+            if key_padding_mask.shape != (B, n_k):
+                raise ValueError(f"key_padding_mask must have shape (B, S) = ({B}, {n_k}), "
+                                 f"got {tuple(key_padding_mask.shape)}")
+            kpm = torch.isneginf(key_padding_mask)
+        else:
+            kpm = canonical_key_padding_mask(key_padding_mask, B, n_k)
         w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         b_q, b_k, b_v = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
 

@@ -20,7 +20,7 @@
 It plugs into the testbed (``posenc.models.TransformerEncoder(attention=relative_attention_factory("rope"))``),
 which calls ``module(x, positions=positions)``; without positions, token indices
 ``0..n-1`` are used. ALiBi in linear attention is
-``posenc.attention.KernelizedMultiheadAttention(..., rpe="alibi")``.
+``posenc.attention.KernelizedAttentionLayer(..., rpe="alibi")``.
 
 Masks: ``key_padding_mask (B, n)`` bool, True = padded key (as in
 ``nn.MultiheadAttention``); ``attn_mask`` follows ``scaled_dot_product_attention``

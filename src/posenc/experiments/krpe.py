@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from posenc.attention import (
-    KernelizedMultiheadAttention,
+    KernelizedAttentionLayer,
     PositiveRandomFeatures,
     dense_kernelized_attention,
     kernelized_attention,
@@ -172,7 +172,7 @@ def build_model(cfg: TrainConfig, vocab: int, length: int) -> TransformerEncoder
     def attention(dim: int, heads: int) -> nn.Module:
         nonlocal made
         made += 1
-        return KernelizedMultiheadAttention(
+        return KernelizedAttentionLayer(
             dim, heads, num_features=cfg.features, rpe=rpe, max_distance=length, normalize_qk=norm,
             mode=mode, seed=cfg.seed * 100 + made - 1,
         )

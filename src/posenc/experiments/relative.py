@@ -25,7 +25,7 @@ Variants (the position information and where it enters):
   (``cape`` plus global scaling);
 * relative, inside softmax attention (:class:`posenc.attention.RelativeSelfAttention`):
   ``rope``, ``xpos``, ``alibi``, ``t5`` (buckets), ``learned`` (clipped offsets);
-* relative, in kernelized attention (:class:`posenc.attention.KernelizedMultiheadAttention`,
+* relative, in kernelized attention (:class:`posenc.attention.KernelizedAttentionLayer`,
   Luo et al.): ``fft_rpe`` (a learned bias per offset, Toeplitz products by FFT)
   and ``decay_rpe`` (sums of exponential decays);
 * RoPE context extension at test time on the trained ``rope`` model (no retraining):
@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posenc.attention import KernelizedMultiheadAttention, RopeScaling, relative_attention_factory, set_rope_scaling
+from posenc.attention import KernelizedAttentionLayer, RopeScaling, relative_attention_factory, set_rope_scaling
 from posenc.encodings import LearnedTableEncoding, SinusoidalEncoding, create_encoding
 from posenc.models import TrainConfig, TransformerEncoder, train
 from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED, mean_std, paired_difference
@@ -149,8 +149,8 @@ def build_model(cfg: LengthConfig) -> TransformerEncoder:
         kw = {"rpe": "table"} if v == "fft_rpe" else {"rpe": "decay", "decay_terms": 2}
 
         def attention(dim: int, heads: int) -> nn.Module:
-            return KernelizedMultiheadAttention(dim, heads, num_features=cfg.kernel_features, seed=cfg.seed,
-                                                causal=True, max_distance=L, **kw)
+            return KernelizedAttentionLayer(dim, heads, num_features=cfg.kernel_features, seed=cfg.seed,
+                                            causal=True, max_distance=L, **kw)
     else:  # absolute encodings (or none) with plain causal softmax attention
         attention = relative_attention_factory("none", causal=True)
     return TransformerEncoder(cfg.vocab, cfg.vocab, dim=d, depth=cfg.depth, num_heads=cfg.heads,
