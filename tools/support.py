@@ -51,6 +51,7 @@ CHECKS = ("compile", "export", "jit.script")
 NOT_PROBED = {
     "Encoding": "abstract base class of every encoding (probed through each registered encoding)",
     "CoordinateEncoding": "abstract base class of the coordinate encodings (probed through each of them)",
+    "Noise": "RobustDARTS's noise op draws fresh N(0, 1) on every call, so no traced output can equal an eager one",
 }
 
 
@@ -249,8 +250,16 @@ def _search_cases() -> list[Case]:
         Case("SepConv", S.SepConv, lambda: (S.SepConv(4).eval(), img())),
         Case("NB201Cell", S.NB201Cell, lambda: (S.NB201Cell(4).eval(), img())),
         Case("NB201MicroNet", S.NB201MicroNet, lambda: (S.NB201MicroNet(4, 3).eval(), img(1))),
-        Case("DartsCell", S.DartsCell, lambda: (S.DartsCell(4).eval(), img() + img())),
-        Case("DartsMicroNet", S.DartsMicroNet, lambda: (S.DartsMicroNet(4, 3).eval(), img(1))),
+        Case("DartsCell", S.DartsCell,
+             lambda: (S.DartsCell(4, 4, 4, [S.DARTS_OPS] * 5, num_nodes=2).eval(), img() + img())),
+        Case("DartsNet", S.DartsNet,
+             lambda: (S.DartsNet(4, 3, num_cells=3, num_nodes=2, in_channels=1).eval(), img(1))),
+        Case("FactorizedReduce", S.FactorizedReduce, lambda: (S.FactorizedReduce(4, 4).eval(), img())),
+        Case("PrunedEdge", S.PrunedEdge, lambda: (S.PrunedEdge(S.ReLUConvBN(4, 3).eval()), img())),
+        Case("AddEncoding", S.AddEncoding,
+             lambda: (S.AddEncoding(nn.Identity()), (torch.randn(2, 12, 16, generator=_g()),)), note="with nn.Identity"),
+        Case("EncodingSearch", S.EncodingSearch,
+             lambda: (S.EncodingSearch(16, (3, 4)).eval(), (torch.randn(2, 12, 16, generator=_g()),))),
         Case("PESearchNet", S.PESearchNet, lambda: (S.PESearchNet(8, 3, dim=16, depth=1, num_heads=2).eval(), img(1))),
     ]
 

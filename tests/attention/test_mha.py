@@ -280,3 +280,18 @@ def test_relative_mha_attn_mask_row_fully_blocked_is_an_error():
     # torch's own layer gives NaN there
     ref = nn.MultiheadAttention(16, 4, batch_first=True)
     assert bool(ref(x, x, x, attn_mask=allow)[0].isnan().any())
+
+
+@pytest.mark.parametrize("position", ["alibi", "t5", "learned", "rope", "none"])
+def test_export_after_an_eager_call_equals_eager(position):
+    # the eager call fills the bias cache; export must neither read it nor key it by data pointers
+    torch.manual_seed(0)
+    mha = RelativeMHA(16, 4, batch_first=True, position=position).eval()
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        ref = mha(x, x, x, need_weights=False)[0]
+        prog = torch.export.export(mha, (x, x, x), {"need_weights": False})
+        out = prog.module()(x, x, x, need_weights=False)[0]
+        torch.testing.assert_close(out, ref)
+        x2 = torch.randn(2, 8, 16)
+        torch.testing.assert_close(prog.module()(x2, x2, x2, need_weights=False)[0], mha(x2, x2, x2, need_weights=False)[0])

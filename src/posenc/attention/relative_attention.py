@@ -198,10 +198,11 @@ class RelativeSelfAttention(nn.Module):
         return positions
 
     # ------------------------------------------------------------------ biases and masks
-    def _cached(self, key: tuple, build):
-        """``build()``, cached under ``key`` (a few entries; none while torch.compile traces)."""
+    def _cached(self, make_key, build):
+        """``build()``, cached under ``make_key()`` (a few entries; none, and no key read, while tracing)."""
         if _compiling():
             return build()
+        key = make_key()
         hit = self._bias_cache.get(key)
         if hit is None:
             hit = build()
@@ -225,7 +226,7 @@ class RelativeSelfAttention(nn.Module):
                         vals = vals.masked_fill(off > 0, float("-inf"))
                     return toeplitz_from_offsets(vals.to(dtype), n, n)[None]
 
-                return self._cached(("alibi", n, device, dtype, causal, slopes._version, slopes.data_ptr()), build)
+                return self._cached(lambda: ("alibi", n, device, dtype, causal, slopes._version, slopes.data_ptr()), build)
             p = pos[..., 0].to(torch.float64)
             dist = (p[..., None, :] - p[..., :, None]).abs()
             bias = -self.slopes.to(torch.float64)[:, None, None] * dist[..., None, :, :]
@@ -239,7 +240,7 @@ class RelativeSelfAttention(nn.Module):
 
                 if torch.is_grad_enabled() and table.requires_grad:
                     return build()  # part of the autograd graph: rebuilt every call (one gather, one copy)
-                return self._cached(("rel", n, device, dtype, causal, table._version, table.data_ptr()), build)
+                return self._cached(lambda: ("rel", n, device, dtype, causal, table._version, table.data_ptr()), build)
             bias = self.rel_bias(q_positions=pos[..., 0])
             return self._fold_causal((bias if bias.dim() == 4 else bias[None]).to(dtype), n, causal)
         return None
