@@ -462,6 +462,8 @@ def _extrapolate(points, n):
 def _crossover(ours: list[tuple[int, float]], other: list[tuple[int, float]]) -> dict:
     """Smallest measured n where ours is faster, else the crossing of the two log-log fits."""
     o = dict(ours)
+    if not other:
+        return {"n": None, "how": "not measured in this run"}
     prev = None
     for n, t in other:
         if n in o and o[n] < t:

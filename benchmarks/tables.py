@@ -82,8 +82,14 @@ def krpe(r: dict) -> str:
               "sdpa_learned": "SDPA, learned bias", "dense": "dense kernelized RPE",
               "performer": "kernelized, no RPE", "decay": "decay RPE (chunkwise, 2 + 2 terms)"}
     ns = sorted({e["n"] for rows in t.values() for e in rows})
+    def measured(key: str) -> bool:
+        return any(e.get("fwdbwd_s") is not None for e in t.get(key, []))
+
+    not_run = [label for key, label in labels.items() if key in t and not measured(key)]
     rows = []
     for key, label in labels.items():
+        if key in t and not measured(key):
+            continue
         by_n = {e["n"]: e for e in t.get(key, [])}
         cells = []
         for n in ns:
@@ -101,6 +107,8 @@ def krpe(r: dict) -> str:
            f"{st['threads']} thread, seconds (peak RSS); configurations predicted above "
            f"{st['memory_limit_mb'] / 1000:.0f} GB are extrapolated, not run:", "",
            markdown_table(["method", *[f"n = {n:,}" for n in ns]], rows)]
+    if not_run:
+        out += ["", "Not run in this run (its time budget ran out before them): " + "; ".join(not_run) + "."]
     if mem:
         out += ["", f"n = 65,536, 8 heads, m = 16, forward + backward: {mem[0]['fwdbwd_s']:.0f} s, peak "
                 f"{mem[0]['peak_rss_mb']:.0f} MB. Performance goals and their verdicts: docs/krpe.md."]
@@ -177,7 +185,8 @@ def krpe(r: dict) -> str:
              "dense": "dense kernelized RPE", "fwd_vs_flex": "FlexAttention (forward only)"}
     cross = [f"{label}: n ≈ {c['n']:,} ({c['how']})" if c.get("n") else f"{label}: {c['how']}"
              for key, label in names.items() if (c := der.get(f"crossover_{key}" if key == "fwd_vs_flex"
-                                                            else f"crossover_vs_{key}"))]
+                                                            else f"crossover_vs_{key}"))
+             and (key == "fwd_vs_flex" or measured(key))]
     if cross:
         out += ["", "Length from which ours is faster: " + "; ".join(cross) + "."]
     slopes = der.get("slope_ours_n_ge_4096", {})

@@ -126,8 +126,6 @@ def test_relative_link_finder():
     assert _relative_links(text) == ["docs/x.md", "img.png", "logo.png"]
 
 
-@pytest.mark.xfail(strict=True, reason="README.md is rewritten by the lead (#24 §1): its links to docs/ become "
-                                       "absolute (BASE/blob/main/docs/...); remove this marker then")
 def test_readme_links_work_on_the_package_index():
     # PyPI renders README.md without the repository around it: relative links break there
     rel = _relative_links((ROOT / "README.md").read_text(encoding="utf-8"))

@@ -133,3 +133,15 @@ def test_registered_sections_load():
     for name in available_sections():
         section = get_section(name)
         assert section.name == name and section.quick_budget_s > 0
+
+
+def test_a_run_refused_before_any_work_leaves_no_empty_directory(toy, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out is runs/<timestamp> under the working directory
+    with pytest.raises(ValueError, match="no-such-job"):
+        runner.reproduce(["toy"], "quick", None, jobs=["no-such-job"])
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    with pytest.raises(ValueError):
+        runner.reproduce(["toy"], "quick", existing, jobs=["no-such-job"])
+    assert existing.is_dir()  # a directory the user made is kept, empty or not

@@ -574,6 +574,7 @@ def reproduce(
     job_lists: dict[str, Any] = {}
     job_results: dict[str, Any] = {}
     failures: dict[str, str] = {}
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         if isinstance(engine, LocalExecutor):
@@ -590,6 +591,10 @@ def reproduce(
                     "summary": record["summary"],
                     "compute_seconds": record["compute_seconds"],
                 }
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # refused before any work: leave no empty run directory behind
+        raise
     finally:
         engine.close()
     report = None if partial or failures else write_report(out, argv or sys.argv)
