@@ -84,7 +84,8 @@ def _claim_cell(claim: Any) -> str:
     from posenc.cli import _claim_word
 
     word = _claim_word(claim)
-    if isinstance(claim, dict) and isinstance(claim.get("comparisons"), list) and len(claim["comparisons"]) > 1:
+    if (isinstance(claim, dict) and isinstance(claim.get("comparisons"), list) and len(claim["comparisons"]) > 1
+            and " comparisons " not in word):  # the CLI's word may already count them
         verdicts = [c.get("verdict") for c in claim["comparisons"]]
         counts = {v: verdicts.count(v) for v in ("holds", "not confirmed at this scale", "contradicted")}
         word += (f" ({counts['holds']} of {len(verdicts)} comparisons hold, {counts['not confirmed at this scale']} "
