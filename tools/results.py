@@ -228,8 +228,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
         else:
             print(f"{args.runs} does not exist: rendering the committed snapshot in {DATA}", file=sys.stderr)
-    PAGE.write_text(render_page(figures=FIGURES), encoding="utf-8")
+    text = render_page(figures=FIGURES)
+    PAGE.write_text(text, encoding="utf-8")
     print(f"wrote {PAGE}", file=sys.stderr)
+    for stale in sorted(FIGURES.glob("*.png")):  # a figure the sections no longer draw
+        if f"figures/{stale.name}" not in text:
+            stale.unlink()
+            print(f"removed {stale.relative_to(ROOT)} (no longer on the page)", file=sys.stderr)
     return 0
 
 

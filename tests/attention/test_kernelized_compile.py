@@ -99,6 +99,9 @@ def test_mha_backward_traces_with_aot_eager(cfg):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.skipif(tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 5),
+                    reason="needs torch >= 2.5: under torch 2.4.1, torch.compile of this encoder crashes the interpreter "
+                           "(a segfault in TorchDynamo's fake-tensor deepcopy; passes with 2.13, 2.5-2.12 not tried)")
 def test_transformer_encoder_with_padding_compiles_in_one_graph():
     # nn.TransformerEncoder turns a bool src_key_padding_mask into a float one: traced without a check
     torch.manual_seed(0)
