@@ -120,9 +120,11 @@ def render_sections(records: dict[str, dict], figures: Path | None) -> dict[str,
     from posenc.report.registry import get_section
 
     out = {}
+    saved: set[str] = set()
     for name, rec in records.items():
         def save(fig_name: str, figure: Any, name: str = name) -> str:
             fname = f"{name}_{fig_name}.png"
+            saved.add(fname)
             if figures is not None:
                 buf = io.BytesIO()
                 figure.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
@@ -132,6 +134,10 @@ def render_sections(records: dict[str, dict], figures: Path | None) -> dict[str,
             return f"figures/{fname}"
 
         out[name] = get_section(name).render(rec["summary"], save)
+    if figures is not None and figures.is_dir():
+        for stale in sorted(figures.glob("*.png")):  # a figure the sections no longer draw
+            if stale.name not in saved:
+                stale.unlink()
     return out
 
 
@@ -228,13 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
         else:
             print(f"{args.runs} does not exist: rendering the committed snapshot in {DATA}", file=sys.stderr)
-    text = render_page(figures=FIGURES)
-    PAGE.write_text(text, encoding="utf-8")
+    PAGE.write_text(render_page(figures=FIGURES), encoding="utf-8")
     print(f"wrote {PAGE}", file=sys.stderr)
-    for stale in sorted(FIGURES.glob("*.png")):  # a figure the sections no longer draw
-        if f"figures/{stale.name}" not in text:
-            stale.unlink()
-            print(f"removed {stale.relative_to(ROOT)} (no longer on the page)", file=sys.stderr)
     return 0
 
 
