@@ -279,3 +279,18 @@ def test_chunk_scan_with_initial_state_gradcheck(reverse):
         ref[k] = state
     torch.testing.assert_close(h, torch.stack(ref, dim=2), rtol=0, atol=1e-14)
     assert torch.autograd.gradcheck(lambda u, gm, h0: _ChunkScan.apply(u, gm, reverse, h0), (u, gam, h0))
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float64, torch.float64),
+                                    (torch.float64, torch.float32, torch.float64),
+                                    (torch.float64, torch.float64, torch.float32)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_mixed_dtypes_are_refused_by_name(dtypes, causal):
+    from posenc.attention.alibi import alibi_kernelized_attention, alibi_slopes
+
+    q, k, v = (torch.rand(1, 2, 6, 3 if i < 2 else 2, dtype=dt) for i, dt in enumerate(dtypes))
+    a, lam = torch.ones(2, 1, dtype=torch.float64), torch.full((2, 1), 0.5, dtype=torch.float64)
+    with pytest.raises(TypeError, match="phi_q, phi_k and v must share one dtype"):
+        decay_kernelized_attention(q, k, v, a, lam, None if causal else (a, lam))
+    with pytest.raises(TypeError, match="phi_q, phi_k and v must share one dtype"):
+        alibi_kernelized_attention(q, k, v, alibi_slopes(2), causal=causal)

@@ -321,6 +321,9 @@ def decay_kernelized_attention(
     """
     del checkpoint
     check_qkv(phi_q, phi_k, v, names=("phi_q", "phi_k", "v"))
+    if not phi_q.dtype == phi_k.dtype == v.dtype:  # the scans accumulate in one dtype
+        raise TypeError(f"phi_q, phi_k and v must share one dtype, got phi_q {phi_q.dtype}, phi_k {phi_k.dtype}, "
+                        f"v {v.dtype}")
     check_all_finite(check_inputs, phi_q=phi_q, phi_k=phi_k, v=v)
     B, H, n, m = phi_q.shape
     if phi_k.shape[-2] != n:
