@@ -145,3 +145,14 @@ def test_a_run_refused_before_any_work_leaves_no_empty_directory(toy, tmp_path, 
     with pytest.raises(ValueError):
         runner.reproduce(["toy"], "quick", existing, jobs=["no-such-job"])
     assert existing.is_dir()  # a directory the user made is kept, empty or not
+
+
+def test_summaries_see_the_results_in_plan_order(toy, tmp_path):
+    seen = []
+    section = make_section()
+    toy["section"] = Section("toy", "A toy section", section.plan,
+                             lambda results: (seen.append(list(results)), section.summarize(results))[1],
+                             section.render, quick_budget_s=1.0)
+    runner.reproduce(["toy"], "quick", tmp_path, jobs=["job2"])  # stored first: found before the others run
+    runner.reproduce(["toy"], "quick", tmp_path)
+    assert seen == [["job0", "job1", "job2", "job3"]]

@@ -383,7 +383,8 @@ def run_section(
     done = {job.key: records[job.key] for job in jobs if job.key in records}
     if partial or lists["failed"] or lists["claimed_elsewhere"]:
         return {"record": None, "jobs": lists, "results": done}
-    summary = section.summarize(results)
+    # plan order, whatever order the jobs finished in: the same summary from every run
+    summary = section.summarize({job.key: results[job.key] for job in jobs if job.key in results})
     markdown = section.render(summary, _save_figure_factory(out, name))
     job_seconds = {}
     for job in jobs:
