@@ -218,12 +218,7 @@ class CAPEEncoding(Encoding):
         min_global_scaling: float | None = None,
         scaling_distribution: str | None = None,
     ) -> None:
-        check_positive_int("in_dim", in_dim)
-        if in_dim not in (1, 2):
-            raise ValueError(f"in_dim must be 1 or 2 for CAPE, got {in_dim}")
-        check_positive_int("num_features", num_features)
-        if num_features % 2:
-            raise ValueError(f"num_features must be even (sine/cosine pairs), got {num_features}")
+        self._check_sizes(in_dim, num_features)
         super().__init__(in_dim, num_features)
         self.num_features = num_features
         self.convention = check_choice("convention", convention, CONVENTIONS)
@@ -270,16 +265,20 @@ class CAPEEncoding(Encoding):
         self.out_dtype = dtype or torch.get_default_dtype()
         self._generators: dict[str, torch.Generator] = {}
 
-    @classmethod
-    def _footprint(cls, arguments: dict) -> Footprint:
-        # no parameters or buffers: the frequencies are built on the positions' device
-        in_dim, num_features = arguments["in_dim"], arguments["num_features"]
+    @staticmethod
+    def _check_sizes(in_dim: int, num_features: int) -> None:
         check_positive_int("in_dim", in_dim)
         if in_dim not in (1, 2):
             raise ValueError(f"in_dim must be 1 or 2 for CAPE, got {in_dim}")
         check_positive_int("num_features", num_features)
         if num_features % 2:
             raise ValueError(f"num_features must be even (sine/cosine pairs), got {num_features}")
+
+    @classmethod
+    def _footprint(cls, arguments: dict) -> Footprint:
+        # no parameters or buffers: the frequencies are built on the positions' device
+        in_dim, num_features = arguments["in_dim"], arguments["num_features"]
+        cls._check_sizes(in_dim, num_features)
         return Footprint(check_out_dim(num_features, "reduce num_features"), 0, 0)
 
     @staticmethod
