@@ -129,6 +129,15 @@ def rope_from_hf_config(config: Any, *, layer_type: str | None = None) -> dict:
         v = params.get(key)
         return None if v is None else _number(where, key, v)
 
+    def factor_or_ratio(L: int) -> float:
+        # yarn and longrope: the given factor, else the extended length over the original one
+        factor = optional("factor")
+        if factor is None:
+            if max_pos is None:
+                raise ValueError(f"{where} lacks 'factor' (and config lacks max_position_embeddings)")
+            factor = max_pos / L
+        return factor
+
     scaling = None
     if rope_type == "linear":
         factor = _number(where, "factor", need("factor"))
@@ -139,11 +148,7 @@ def rope_from_hf_config(config: Any, *, layer_type: str | None = None) -> dict:
         scaling = RopeScaling("dynamic", max_pos, factor=_number(where, "factor", need("factor")))
     elif rope_type == "yarn":
         L = original()
-        factor = optional("factor")
-        if factor is None:
-            if max_pos is None:
-                raise ValueError(f"{where} lacks 'factor' (and config lacks max_position_embeddings)")
-            factor = max_pos / L
+        factor = factor_or_ratio(L)
         scaling = RopeScaling(
             "yarn", L, target_length=max_pos, factor=factor,
             beta=optional("beta_fast") or 32.0, alpha=optional("beta_slow") or 1.0,
@@ -159,11 +164,7 @@ def rope_from_hf_config(config: Any, *, layer_type: str | None = None) -> dict:
         )
     elif rope_type == "longrope":
         L = original()
-        factor = optional("factor")
-        if factor is None:
-            if max_pos is None:
-                raise ValueError(f"{where} lacks 'factor' (and config lacks max_position_embeddings)")
-            factor = max_pos / L
+        factor = factor_or_ratio(L)
         short, long = need("short_factor"), need("long_factor")
         for key, v in (("short_factor", short), ("long_factor", long)):
             if not isinstance(v, (list, tuple)) or len(v) != rotary_dim // 2:
