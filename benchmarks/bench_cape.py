@@ -41,9 +41,13 @@ def round_robin(cases: dict[str, Callable[[], object]], repeat: int) -> dict[str
 
     CPU time of this process (``time.process_time``) at one thread: unlike wall time it
     does not count the time other processes hold the core, which matters on a shared machine.
+    ``first_s``: the CPU seconds of the warm-up call, the case's first call at this shape.
     """
-    for fn in cases.values():
+    first = {}
+    for name, fn in cases.items():
+        t0 = time.process_time()
         fn()
+        first[name] = time.process_time() - t0
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeat):
         for name, fn in cases.items():
@@ -51,7 +55,8 @@ def round_robin(cases: dict[str, Callable[[], object]], repeat: int) -> dict[str
             t0 = time.process_time()
             fn()
             times[name].append(time.process_time() - t0)
-    return {name: {"median_s": statistics.median(t), "min_s": min(t), "runs": len(t)} for name, t in times.items()}
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "runs": len(t), "first_s": first[name]}
+            for name, t in times.items()}
 
 
 def bench_embedding(batch: int, n: int, dim: int, repeat: int) -> dict:

@@ -23,6 +23,16 @@ Methods (batch 1, H heads, head dim d, m features, forward+backward unless noted
 * ``performer``: kernelized attention without RPE (linear attention).
 * ``decay``: the exponential-decay RPE (2 terms each side) by chunked scans.
 
+Every row of posenc's calls is the default call (``check_inputs=True``). The rows of
+functions that have ``check_inputs`` also time the call with ``check_inputs=False`` in the
+same child, round-robin (``unchecked_s``, and ``check_cost``: the median over the rounds of
+default / unchecked CPU time, minus 1; with two rounds it is noise of several per cent either
+way, so ``checks_alone_s`` also times the checks themselves on the same tensors), and every
+row its first call in the child process
+(``first_s``: the warm-up, or the first measured call where there is none). The sweeps of
+internal parameters (crossovers, block sizes, chunk lengths, transform widths) compare
+methods and settings, not default calls: they time those directly.
+
 Side-by-side ratios (one child, round-robin, repeated; the load average is recorded
 before and after every child):
 
@@ -113,10 +123,12 @@ def _timed(fn) -> tuple[float, float]:
 
 def _rounds(fns: dict, repeats: int, warm: bool = True) -> dict:
     """CPU time of each call of each function, timed round-robin (round r runs each once, odd rounds in
-    reverse order), after one warm-up call each; wall times under ``"wall"``."""
+    reverse order), after one warm-up call each; wall times under ``"wall"``, and under ``"first"`` the
+    wall time of each function's first call in this process (its warm-up, or round 0 without one)."""
+    first: dict = {}
     if warm:
-        for fn in fns.values():
-            fn()
+        for k, fn in fns.items():
+            first[k] = _timed(fn)[0]
     times: dict = {k: [] for k in fns}
     wall: dict = {k: [] for k in fns}
     for r in range(repeats):
@@ -125,16 +137,38 @@ def _rounds(fns: dict, repeats: int, warm: bool = True) -> dict:
             w, c = _timed(fns[k])
             times[k].append(c)
             wall[k].append(w)
-    return {**times, "wall": wall}
+            first.setdefault(k, w)
+    return {**times, "wall": wall, "first": first}
+
+
+def _checks_alone(*tensors, output=None, repeats: int = 7) -> float:
+    """Best wall time of the finiteness checks a default call makes on these inputs (and its result):
+    the checks' cost measured directly, which few rounds of a noisy side-by-side cannot resolve."""
+    from posenc._checks import all_finite, check_finite
+
+    def run():
+        for t in tensors:
+            check_finite("t", t)
+        if output is not None:
+            all_finite(output)
+
+    return _best(run, repeats)
+
+
+def _check_cost(rounds: dict, default: str, unchecked: str) -> float:
+    """Median over the rounds of (default / check_inputs=False) CPU time, minus 1: the checks' share."""
+    import statistics
+
+    return statistics.median(d / u for d, u in zip(rounds[default], rounds[unchecked])) - 1.0
 
 
 def _measure(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(spec.get("threads", 1))
-    from posenc.attention.kernelized import ATTENTION_BLOCK_BYTES, _blocks, kernelized_attention, rpe_coeffs
-    from posenc.attention.reference import rpe_matrix
-    from posenc.attention.toeplitz import lines_per_block, next_fast_len, toeplitz_matmul
+    from posenc.attention.kernelized.kernelized import ATTENTION_BLOCK_BYTES, _blocks, kernelized_attention, rpe_coeffs
+    from posenc.attention.kernelized.reference import rpe_matrix
+    from posenc.attention.kernelized.toeplitz import lines_per_block, next_fast_len, toeplitz_matmul
 
     kind, n, H, d, m = spec["kind"], spec["n"], spec["heads"], spec["d"], spec["m"]
     reps = spec.get("repeats", 1)
@@ -163,7 +197,7 @@ def _measure(spec: dict) -> dict:
             rows.append({"n": nn, **_interleaved(fns, reps)})
         return {"rows": rows}
     if kind == "decay_chunk":  # forward+backward of the chunkwise decay RPE against the chunk length
-        from posenc.attention.decay import decay_kernelized_attention
+        from posenc.attention.kernelized.decay import decay_kernelized_attention
 
         rows = []
         for nn in spec["lengths"]:
@@ -201,19 +235,30 @@ def _measure(spec: dict) -> dict:
         return {"rows": rows}
 
     if kind == "decay_vs_fft":  # the decay RPE (2 + 2 terms) against the FFT path, same n, m, heads, round-robin
-        from posenc.attention.decay import decay_kernelized_attention
+        from posenc.attention.kernelized.decay import decay_kernelized_attention
 
         pq, pk, v, _ = _attention_inputs(g, H, n, m, d, coeffs=False)
         table = (0.1 * torch.randn(H, 2 * n - 1, generator=g)).requires_grad_()
         a = torch.rand(H, 2, generator=g).requires_grad_()
         lam = torch.rand(H, 2, generator=g).requires_grad_()
         fns = {"fft": lambda: kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft").sum().backward(),
-               "decay": lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam)).sum().backward()}
+               "decay": lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam)).sum().backward(),
+               "fft_unchecked": lambda: kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft",
+                                                             check_inputs=False).sum().backward(),
+               "decay_unchecked": lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam),
+                                                                     check_inputs=False).sum().backward()}
         rounds = _rounds(fns, reps, warm=n <= 16384)
         return {"rounds_cpu_s": rounds, "fft_s": min(rounds["fft"]), "decay_s": min(rounds["decay"]),
                 "ratio_fft_over_decay": min(rounds["fft"]) / min(rounds["decay"]),
                 "ratio_per_round": [f / c for f, c in zip(rounds["fft"], rounds["decay"])],
-                "ratio_wall": min(rounds["wall"]["fft"]) / min(rounds["wall"]["decay"])}
+                "ratio_wall": min(rounds["wall"]["fft"]) / min(rounds["wall"]["decay"]),
+                "fft_unchecked_s": min(rounds["fft_unchecked"]), "decay_unchecked_s": min(rounds["decay_unchecked"]),
+                "check_cost_fft": _check_cost(rounds, "fft", "fft_unchecked"),
+                "check_cost_decay": _check_cost(rounds, "decay", "decay_unchecked"),
+                "checks_alone_s": {"fft": _checks_alone(pq, pk, v, rpe_coeffs(table.detach(), n),
+                                                        output=torch.zeros_like(v)),
+                                   "decay": _checks_alone(pq, pk, v)},
+                "first_s": {"fft": rounds["first"]["fft"], "decay": rounds["first"]["decay"]}}
     if kind == "mha_causal":  # KernelizedMHA(causal) rpe="none" vs rpe="alibi"; the old prefix sums at the core
         from posenc.attention import KernelizedMHA
 
@@ -221,8 +266,10 @@ def _measure(spec: dict) -> dict:
         x = torch.randn(1, n, E, generator=g).requires_grad_()
         mods = {}
         for rpe in ("none", "alibi"):
-            torch.manual_seed(0)
-            mods[rpe] = KernelizedMHA(E, H, batch_first=True, num_features=m, rpe=rpe, causal=True)
+            for suffix, check in (("", True), ("_unchecked", False)):
+                torch.manual_seed(0)
+                mods[rpe + suffix] = KernelizedMHA(E, H, batch_first=True, num_features=m, rpe=rpe, causal=True,
+                                                   check_inputs=check)
 
         def module_fn(mod):
             return lambda: mod(x, x, x, need_weights=False)[0].sum().backward()
@@ -243,8 +290,11 @@ def _measure(spec: dict) -> dict:
 
             fns["core_prefix_sum"] = prefix_sums
         rounds = _rounds(fns, reps, warm=True)
-        best = {k: min(t) for k, t in rounds.items() if k != "wall"}
+        best = {k: min(t) for k, t in rounds.items() if k not in ("wall", "first")}
         out = {"rounds_cpu_s": rounds, "best_s": best, "embed_dim": E,
+               "check_cost_mha_none": _check_cost(rounds, "mha_none", "mha_none_unchecked"),
+               "check_cost_mha_alibi": _check_cost(rounds, "mha_alibi", "mha_alibi_unchecked"),
+               "first_s": {k: rounds["first"][k] for k in ("mha_none", "mha_alibi")},
                "ratio_none_over_alibi_wall": min(rounds["wall"]["mha_none"]) / min(rounds["wall"]["mha_alibi"]),
                "ratio_none_over_alibi": best["mha_none"] / best["mha_alibi"],
                "ratio_none_over_alibi_per_round": [a / b for a, b in zip(rounds["mha_none"], rounds["mha_alibi"])],
@@ -270,9 +320,11 @@ def _measure(spec: dict) -> dict:
         def fwdbwd():
             kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft").sum().backward()
 
-        if n <= 4096:
-            fwdbwd()  # warm-up
-        out["fwdbwd_s"] = _best(fwdbwd, reps if n < 32768 else 1)
+        def fwdbwd_unchecked():
+            kernelized_attention(pq, pk, v, rpe_coeffs(table, n), method="fft", check_inputs=False).sum().backward()
+
+        out["first_s"] = _timed(fwdbwd)[0]  # the first call in this process (the warm-up below n = 8,192)
+        out["fwdbwd_s"] = _best(fwdbwd, reps) if n < 32768 else out["first_s"]
         out["peak_rss_mb"] = _rss_mb()  # ours' own peak, before the floors allocate
         if n < 32768:  # (forward alone is compared with FlexAttention at n <= 4,096)
             out["fwd_s"] = _best(fwd, reps)
@@ -296,19 +348,25 @@ def _measure(spec: dict) -> dict:
 
         # interleave so the ratios see the same machine load: round r times ours and its own
         # transforms side by side (the straightforward floor once, in the first round, at n >= 32k)
-        f1, f2, o2, ratios, cpu = [], [], [], [], {"ours": [], "own": [], "floor": []}
+        # (and ours with check_inputs=False, odd rounds before the default: the checks' cost side by side)
+        f1, f2, o2, u2, ratios = [], [], [], [], []
+        cpu: dict = {"ours": [], "own": [], "floor": [], "ours_unchecked": []}
         for r in range(max(reps, 2)):
             if r == 0 or n < 32768:
                 w, c = _timed(floor)
                 f1.append(w)
                 cpu["floor"].append(c)
-            for key, fn, acc in (("own", floor_own, f2), ("ours", fwdbwd, o2)):
+            pair = [("ours", fwdbwd, o2), ("ours_unchecked", fwdbwd_unchecked, u2)]
+            for key, fn, acc in [("own", floor_own, f2), *(pair if r % 2 == 0 else pair[::-1])]:
                 w, c = _timed(fn)
                 acc.append(w)
                 cpu[key].append(c)
             ratios.append(cpu["ours"][-1] / cpu["own"][-1])
         out["floor_s"], out["floor_own_s"] = min(f1), min(f2)
         out["fwdbwd_s"] = min(out["fwdbwd_s"], min(o2))
+        out["unchecked_s"] = min(u2)
+        out["check_cost"] = _check_cost(cpu, "ours", "ours_unchecked")
+        out["checks_alone_s"] = _checks_alone(pq, pk, v, rpe_coeffs(table.detach(), n), output=torch.zeros_like(v))
         out["cpu_s"] = {k: min(v) for k, v in cpu.items()}
         out["ratio_own_cpu"] = out["cpu_s"]["ours"] / out["cpu_s"]["own"]
         out["ratio_cpu"] = out["cpu_s"]["ours"] / out["cpu_s"]["floor"]
@@ -317,7 +375,7 @@ def _measure(spec: dict) -> dict:
         return out
 
     if kind == "decode":
-        from posenc.attention.decay import DecayDecoder, decay_kernelized_attention
+        from posenc.attention.kernelized.decay import DecayDecoder, decay_kernelized_attention
 
         a, lam = torch.rand(H, 2, generator=g), torch.rand(H, 2, generator=g)
         rows = []
@@ -383,21 +441,30 @@ def _measure(spec: dict) -> dict:
             bias = rpe_matrix(table, n, n)[None]
             torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward()
     elif kind == "performer":
-        def fn():
-            kernelized_attention(pq, pk, v, None).sum().backward()
+        def fn(check_inputs=True):
+            kernelized_attention(pq, pk, v, None, check_inputs=check_inputs).sum().backward()
     elif kind == "decay":
-        from posenc.attention.decay import decay_kernelized_attention
+        from posenc.attention.kernelized.decay import decay_kernelized_attention
 
         a = torch.rand(H, 2, generator=g).requires_grad_()
         lam = torch.rand(H, 2, generator=g).requires_grad_()
 
-        def fn():
-            decay_kernelized_attention(pq, pk, v, a, lam, (a, lam)).sum().backward()
+        def fn(check_inputs=True):
+            decay_kernelized_attention(pq, pk, v, a, lam, (a, lam), check_inputs=check_inputs).sum().backward()
     else:
         raise ValueError(f"unknown kind {kind!r}")
-    if n <= 4096:
-        fn()  # warm-up (lazy initialisation, allocator)
-    out["fwdbwd_s"] = _best(fn, reps)
+    # the first call in this process, timed (the warm-up below n = 8,192; above it, the first measured call)
+    out["first_s"] = _timed(fn)[0]
+    out["fwdbwd_s"] = _best(fn, reps) if n <= 4096 or reps > 1 else out["first_s"]
+    if kind in ("performer", "decay"):  # functions with check_inputs: the unchecked call beside the default
+        cpu: dict = {"default": [], "unchecked": []}
+        for r in range(max(reps, 2)):
+            pair = [("default", fn), ("unchecked", lambda: fn(False))]
+            for key, f in (pair if r % 2 == 0 else pair[::-1]):
+                cpu[key].append(_timed(f)[1])
+        out["unchecked_s"] = min(cpu["unchecked"])
+        out["check_cost"] = _check_cost(cpu, "default", "unchecked")
+        out["checks_alone_s"] = _checks_alone(pq, pk, v, output=torch.zeros_like(v) if kind == "performer" else None)
     out["peak_rss_mb"] = _rss_mb()
     return out
 
@@ -611,7 +678,8 @@ def run(quick: bool) -> dict:
          "ratio_own": r["fwdbwd_s"] / r["floor_own_s"] if r.get("floor_own_s") else None,
          "ratio_own_cpu": r.get("ratio_own_cpu"), "ratio_cpu": r.get("ratio_cpu"),
          "ratio_own_rounds": r.get("ratio_own_rounds"), "loadavg_1min": r.get("loadavg_1min"),
-         "peak_rss_mb": r.get("peak_rss_mb")}
+         "peak_rss_mb": r.get("peak_rss_mb"), "unchecked_s": r.get("unchecked_s"), "check_cost": r.get("check_cost"),
+         "checks_alone_s": r.get("checks_alone_s"), "first_s": r.get("first_s")}
         for r in ours_rows
     ]
     for kind in ("sdpa_fixed", "sdpa_learned", "dense"):
@@ -649,13 +717,17 @@ def run(quick: bool) -> dict:
                                                 "fwdbwd_s": mem_target[0]["fwdbwd_s"]}
     dvf = [r for r in result["decay_vs_fft"] if "ratio_fft_over_decay" in r]
     derived["decay_vs_fft"] = [{"n": r["n"], "fft_s": r["fft_s"], "decay_s": r["decay_s"],
-                                "ratio": r["ratio_fft_over_decay"], "ratio_per_round": r["ratio_per_round"]}
+                                "ratio": r["ratio_fft_over_decay"], "ratio_per_round": r["ratio_per_round"],
+                                "check_cost_fft": r.get("check_cost_fft"), "check_cost_decay": r.get("check_cost_decay"),
+                                "checks_alone_s": r.get("checks_alone_s"), "first_s": r.get("first_s")}
                                for r in dvf]
     mc = [r for r in result["mha_causal"] if "best_s" in r]
     derived["mha_causal"] = [{"n": r["n"], **r["best_s"], "ratio_none_over_alibi": r["ratio_none_over_alibi"],
                               "ratio_per_round": r["ratio_none_over_alibi_per_round"],
                               "ratio_core_none_over_alibi": r.get("ratio_core_none_over_alibi"),
-                              "ratio_prefix_sum_over_core_none": r.get("ratio_prefix_sum_over_core_none")}
+                              "ratio_prefix_sum_over_core_none": r.get("ratio_prefix_sum_over_core_none"),
+                              "check_cost_mha_none": r.get("check_cost_mha_none"),
+                              "check_cost_mha_alibi": r.get("check_cost_mha_alibi"), "first_s": r.get("first_s")}
                              for r in mc]
     result["derived"] = derived
     result["loadavg_end"] = list(os.getloadavg())

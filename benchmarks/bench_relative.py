@@ -17,12 +17,18 @@ RoPE against the memory floor is its own area (``bench_rope``).
    learned kinds, so SDPA computes its gradient too). Timed round-robin in one
    process, forward under ``no_grad`` (evaluation) and forward + backward
    (training); goal ≤ 1.2x.
+
+Every row also gives its first call (the warm-up, timed: the first call at that shape in its
+process; for ``RelativeMHA`` it builds the bias cache). The decay-path ALiBi rows time the
+default call beside ``check_inputs=False``, round-robin; the other rows call SDPA or
+``RelativeMHA``, which have no such switch (``RelativeMHA`` reads no input values to check).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +51,7 @@ def _predicted_mb(kind: str, n: int, heads: int) -> float:
 def attention_case(kind: str, n: int, heads: int = HEADS, d: int = HEAD_DIM, repeat: int = 3) -> dict:
     """One timed case (run in a fresh process by :func:`run_isolated`)."""
     from posenc.attention import RelativePositionBias, alibi_bias, alibi_kernelized_attention, alibi_slopes
-    from posenc.attention.features import PositiveRandomFeatures
+    from posenc.attention.kernelized.features import PositiveRandomFeatures
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
@@ -66,10 +72,23 @@ def attention_case(kind: str, n: int, heads: int = HEADS, d: int = HEAD_DIM, rep
     elif kind == "decay_alibi":
         feats = PositiveRandomFeatures(d, 32, seed=0)
 
-        def step() -> None:
+        def step(check_inputs: bool = True) -> None:
             qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-            out = alibi_kernelized_attention(feats(qn), feats(kn), v, slopes, causal=True)
+            out = alibi_kernelized_attention(feats(qn), feats(kn), v, slopes, causal=True, check_inputs=check_inputs)
             out.sum().backward()
+
+        # the default beside check_inputs=False, round-robin (odd rounds in reverse order)
+        first = timeit(step, repeat=1, warmup=1)["first_s"]
+        step(False)
+        calls = {"default": step, "unchecked": lambda: step(False)}
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for r in range(max(repeat, 2)):
+            for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                times[name].append(timeit(calls[name], repeat=1, warmup=0)["median_s"])
+        per_round = [d / u for d, u in zip(times["default"], times["unchecked"])]
+        return {"kind": kind, "n": n, "median_s": statistics.median(times["default"]), "min_s": min(times["default"]),
+                "first_s": first, "unchecked_median_s": statistics.median(times["unchecked"]),
+                "check_cost": statistics.median(per_round) - 1.0, "peak_rss_mb": peak_rss_mb()}
     else:
         table = None
         if kind in ("sdpa_t5", "sdpa_learned"):
@@ -88,7 +107,8 @@ def attention_case(kind: str, n: int, heads: int = HEADS, d: int = HEAD_DIM, rep
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
             out.sum().backward()
     t = timeit(step, repeat=repeat, warmup=1)
-    return {"kind": kind, "n": n, "median_s": t["median_s"], "min_s": t["min_s"], "peak_rss_mb": peak_rss_mb()}
+    return {"kind": kind, "n": n, "median_s": t["median_s"], "min_s": t["min_s"], "first_s": t["first_s"],
+            "peak_rss_mb": peak_rss_mb()}
 
 
 KINDS = {
@@ -175,7 +195,10 @@ def mha_vs_sdpa(lengths: list[int], kinds: list[str], *, batch: int = 1, embed_d
 
                 times: dict[str, list[float]] = {"ours": [], "floor": []}
                 with torch.set_grad_enabled(train):
-                    ours(), floor()  # warm-up (and the bias cache, as in use)
+                    t0 = time.perf_counter()
+                    ours()  # warm-up (and the bias cache, as in use): timed, the first call at this shape
+                    first = time.perf_counter() - t0
+                    floor()
                     for _ in range(repeat):
                         for name, fn in (("ours", ours), ("floor", floor)):
                             t0 = time.perf_counter()
@@ -183,7 +206,7 @@ def mha_vs_sdpa(lengths: list[int], kinds: list[str], *, batch: int = 1, embed_d
                             times[name].append(time.perf_counter() - t0)
                 o, f = min(times["ours"]), min(times["floor"])
                 rows.append({"kind": kind, "n": n, "mode": "forward + backward" if train else "forward (no_grad)",
-                             "ours_s": o, "floor_s": f, "ratio": o / f})
+                             "ours_s": o, "floor_s": f, "ratio": o / f, "ours_first_s": first})
     return {"batch": batch, "embed_dim": embed_dim, "heads": heads, "threads": 1, "repeat": repeat, "rows": rows,
             "labels": MHA_KINDS, "target_ratio": MHA_TARGET, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}

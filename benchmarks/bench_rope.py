@@ -20,6 +20,11 @@ functional form, ``torch.compile`` of the module (inductor; skipped with the rea
 if it cannot compile here), and rotary-embedding-torch when it is installed. When a
 CUDA device is present the same cases run there too (caching allocator: no page
 faults, so the two floors coincide).
+
+Every case's first call (its warm-up, timed: the first call at this shape in the process,
+after the cases before it) is reported beside its warm time. RoPE has no ``check_inputs``
+switch: its only data check is one reduction over the ``n x d/2`` angles (area ``defaults``
+times it, and the first call in a fresh process).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ def _sync(device: torch.device) -> None:
 def bench_rope(batch: int, heads: int, n: int, d: int, repeat: int, device: str = "cpu",
                compiled: bool = True) -> dict:
     """Time every case round-robin ``repeat`` times; minimum times and ratios to both floors."""
-    from posenc.attention.rotary import RotaryEmbedding, apply_rope
+    from posenc.attention.relative.rotary import RotaryEmbedding, apply_rope
 
     dev = torch.device(device)
     torch.set_num_threads(1)
@@ -84,9 +89,13 @@ def bench_rope(batch: int, heads: int, n: int, d: int, repeat: int, device: str 
             theirs.rotate_queries_or_keys(q), theirs.rotate_queries_or_keys(k))
     except ImportError:
         skipped["rotary-embedding-torch"] = "not installed"
-    for fn in cases.values():  # warm-up: caches, first-touch of the outputs
+    first: dict[str, float] = {}
+    for name, fn in cases.items():  # warm-up: caches, first-touch of the outputs (timed: the first call)
+        _sync(dev)
+        t0 = time.perf_counter()
         fn()
-    _sync(dev)
+        _sync(dev)
+        first[name] = time.perf_counter() - t0
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeat):  # round-robin: every case sees the same machine state
         for name, fn in cases.items():
@@ -102,7 +111,8 @@ def bench_rope(batch: int, heads: int, n: int, d: int, repeat: int, device: str 
         "thp_mem_alloc": os.environ.get("THP_MEM_ALLOC_ENABLE", ""),
         "bytes_moved_floor": 4 * q.numel() * q.element_size(),
         "cases": {name: {"min_s": min(ts), "median_s": statistics.median(ts), "ratio_to_floor": min(ts) / floor,
-                         "ratio_to_alloc_floor": min(ts) / alloc} for name, ts in times.items()},
+                         "ratio_to_alloc_floor": min(ts) / alloc, "first_s": first[name]}
+                  for name, ts in times.items()},
         "skipped": skipped,
         "target_ratio": TARGET_RATIO,
     }

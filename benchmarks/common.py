@@ -40,9 +40,17 @@ def command() -> str:
 
 
 def timeit(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1, min_time: float = 0.0) -> dict:
-    """Median/min wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
-    for _ in range(warmup):
+    """Median/min wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs.
+
+    ``first_s`` is the first warm-up call's time: the first call in this process at this
+    shape (None without warm-up).
+    """
+    first = None
+    for i in range(warmup):
+        t0 = time.perf_counter()
         fn()
+        if i == 0:
+            first = time.perf_counter() - t0
     times = []
     start = time.perf_counter()
     while len(times) < repeat or time.perf_counter() - start < min_time:
@@ -50,7 +58,18 @@ def timeit(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1, min_ti
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times)}
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "first_s": first}
+
+
+def timed_first(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Call each function once (the warm-up of a round-robin) and return each call's wall time: the
+    first call at this shape in this process (the earlier functions have run before the later ones)."""
+    first = {}
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        fn()
+        first[name] = time.perf_counter() - t0
+    return first
 
 
 def peak_rss_mb() -> float:

@@ -14,13 +14,27 @@ from pathlib import Path
 from posenc.report.tables import markdown_table
 
 
+def _sec(seconds: float | None, digits: int = 3) -> str:
+    return "–" if seconds is None else f"{seconds:.{digits}f}"
+
+
+def _pct(share: float | None) -> str:
+    """The checks' share of a call (default / unchecked - 1) as a signed percentage."""
+    return "–" if share is None else f"{share:+.1%}"
+
+
+def _ms(seconds: float | None, digits: int = 2) -> str:
+    """Milliseconds, or "–" where the record has no such time (older records, cases without it)."""
+    return "–" if seconds is None else f"{seconds * 1e3:.{digits}f}"
+
+
 def coords(r: dict) -> str:
     t = r["throughput"]
     rows = [[name, e["out_dim"], f"{e['coords_per_s'] / 1e6:.2f}", f"{e['seconds'] * 1e3:.0f}",
-             f"{e['ratio_to_floor']:.2f}"] for name, e in t["encodings"].items()]
+             _ms(e.get("first_s"), 0), f"{e['ratio_to_floor']:.2f}"] for name, e in t["encodings"].items()]
     out = [f"Encoding throughput, N = {t['n']:,} positions, D = {t['d']}, float32, {t['threads']} threads "
            f"(floor: allocating and writing the N x D output, {t['alloc_write_floor_s'] * 1e3:.0f} ms):", "",
-           markdown_table(["encoding", "D", "M coords/s", "ms", "time / floor"], rows), ""]
+           markdown_table(["encoding", "D", "M coords/s", "ms", "first call ms", "time / floor"], rows), ""]
     f = r["fit_image"]
     rows = []
     for model, m in f["models"].items():
@@ -44,10 +58,11 @@ def coords(r: dict) -> str:
 
 def lff(r: dict) -> str:
     enc = r["encodings_fwd_bwd"]
-    rows = [[name, f"{e['median_s'] * 1e3:.0f}", f"{e['ratio_to_sinusoidal']:.2f}"] for name, e in enc["results"].items()]
+    rows = [[name, f"{e['median_s'] * 1e3:.0f}", _ms(e.get("first_s"), 0), f"{e['ratio_to_sinusoidal']:.2f}"]
+            for name, e in enc["results"].items()]
     p = enc["params"]
     out = [f"Forward + backward of each encoding, {p['positions']} positions x batch {p['batch']}, dim {p['dim']}:", "",
-           markdown_table(["encoding", "ms", "ratio to sinusoidal"], rows)]
+           markdown_table(["encoding", "ms", "first call ms", "ratio to sinusoidal"], rows)]
     tb = r.get("testbed_train_step")
     if isinstance(tb, dict) and "results" in tb:
         rows = [[name, f"{e['tokens_per_s']:,.0f}", f"{e['ratio_to_sine2d']:.2f}"] for name, e in tb["results"].items()]
@@ -99,12 +114,20 @@ def krpe(r: dict) -> str:
             elif e.get("extrapolated"):
                 cells.append(f"*~{e['fwdbwd_s']:.0f} (extrap.)*")
             else:
-                cells.append(f"{e['fwdbwd_s']:.3f} ({e['peak_rss_mb']:.0f} MB)")
+                cell = f"{e['fwdbwd_s']:.3f} ({e['peak_rss_mb']:.0f} MB)"
+                if e.get("unchecked_s") is not None:
+                    cell += f"; unchecked {e['unchecked_s']:.3f} ({_pct(e.get('check_cost'))})"
+                if e.get("checks_alone_s") is not None:
+                    cell += f"; checks alone {e['checks_alone_s'] / e['fwdbwd_s']:.1%}"
+                if e.get("first_s") is not None:
+                    cell += f"; first {e['first_s']:.3f}"
+                cells.append(cell)
         rows.append([label, *cells])
     mem = [e for e in r.get("ours_more", []) if e.get("n") == 65536 and e.get("m") == 16 and e.get("heads") == 8
            and "fwdbwd_s" in e]
     out = [f"Forward + backward, batch 1, {st['heads']} heads, d = {st['head_dim']}, m = {st['features']}, "
-           f"{st['threads']} thread, seconds (peak RSS); configurations predicted above "
+           f"{st['threads']} thread, seconds (peak RSS; the call with `check_inputs=False` and the checks' share, "
+           f"where the function has the switch; the first call in the process); configurations predicted above "
            f"{st['memory_limit_mb'] / 1000:.0f} GB are extrapolated, not run:", "",
            markdown_table(["method", *[f"n = {n:,}" for n in ns]], rows)]
     if not_run:
@@ -119,15 +142,20 @@ def krpe(r: dict) -> str:
         def rounds(e):
             return " / ".join(f"{x:.2f}" for x in e.get("ratio_own_rounds") or [])
 
-        rows = [[f"{e['n']:,}", e["m"], e["heads"], f"{e['ours_s']:.2f}", f"{e['ratio_cpu']:.2f}",
+        rows = [[f"{e['n']:,}", e["m"], e["heads"], f"{e['ours_s']:.2f}", _sec(e.get("unchecked_s")),
+                 _pct(e.get("check_cost")),
+                 "–" if e.get("checks_alone_s") is None else f"{e['checks_alone_s'] / e['ours_s']:.2%}",
+                 _sec(e.get("first_s")), f"{e['ratio_cpu']:.2f}",
                  f"{e['ratio_own_cpu']:.2f}", rounds(e), f"{e['ratio_own']:.2f}",
                  "–" if not e.get("loadavg_1min") else "{:.1f} → {:.1f}".format(*e["loadavg_1min"])] for e in eff]
         out += ["", "Forward + backward against the FFT floor, side by side in one process (`floor` = the 4 "
                 "full-shape transforms per head of a straightforward implementation; `own` = the 6 "
                 "cache-sized transforms per block that this implementation issues, its strict floor). "
                 "Ratios of CPU time (best of the rounds; then each round's ratio), and of wall time:", "",
-                markdown_table(["n", "m", "heads", "ours (s, wall)", "ours / floor", "ours / own",
-                                "ours / own, per round", "ours / own (wall)", "load avg"], rows)]
+                markdown_table(["n", "m", "heads", "ours (s, wall)", "unchecked (s)", "checks", "checks alone",
+                                "first call (s)",
+                                "ours / floor", "ours / own", "ours / own, per round", "ours / own (wall)", "load avg"],
+                               rows)]
     elif eff:
         rows = [[f"{e['n']:,}", e["m"], e["heads"], f"{e['ours_s']:.2f}", f"{e['floor_s']:.2f}",
                  f"{e['ratio']:.2f}", "–" if e.get("ratio_own") is None else f"{e['ratio_own']:.2f}"]
@@ -141,11 +169,14 @@ def krpe(r: dict) -> str:
         loads = {e["n"]: e.get("loadavg_1min") for e in r.get("decay_vs_fft", [])}
         rows = [[f"{e['n']:,}", f"{e['fft_s']:.3f}", f"{e['decay_s']:.3f}", f"{e['ratio']:.1f}",
                  " / ".join(f"{x:.1f}" for x in e["ratio_per_round"]),
+                 f"{_pct(e.get('check_cost_fft'))} / {_pct(e.get('check_cost_decay'))}",
+                 " / ".join(_sec((e.get("first_s") or {}).get(k)) for k in ("fft", "decay")),
                  "–" if not loads.get(e["n"]) else "{:.1f} → {:.1f}".format(*loads[e["n"]])] for e in dvf]
         out += ["", f"Decay RPE (2 + 2 terms) against the FFT path, forward + backward, {st['heads']} heads, "
                 f"m = {st['features']}, d = {st['head_dim']}, side by side in one process (CPU seconds, best of "
-                "the rounds):", "", markdown_table(["n", "FFT (s)", "decay (s)", "FFT / decay", "per round",
-                                                   "load avg"], rows)]
+                "the rounds; the checks' share beside `check_inputs=False`, and the first calls, wall s):", "",
+                markdown_table(["n", "FFT (s)", "decay (s)", "FFT / decay", "per round", "checks FFT / decay",
+                                "first call FFT / decay (s)", "load avg"], rows)]
     mc = der.get("mha_causal")
     if mc:
         loads = {e["n"]: e.get("loadavg_1min") for e in r.get("mha_causal", [])}
@@ -155,14 +186,16 @@ def krpe(r: dict) -> str:
                  "–" if e.get("core_prefix_sum") is None else f"{e['core_prefix_sum']:.3f}",
                  "–" if e.get("ratio_prefix_sum_over_core_none") is None
                  else f"{e['ratio_prefix_sum_over_core_none']:.1f}",
+                 f"{_pct(e.get('check_cost_mha_none'))} / {_pct(e.get('check_cost_mha_alibi'))}",
+                 " / ".join(_sec((e.get("first_s") or {}).get(k)) for k in ("mha_none", "mha_alibi")),
                  "–" if not loads.get(e["n"]) else "{:.1f} → {:.1f}".format(*loads[e["n"]])] for e in mc]
         out += ["", f"`KernelizedMHA(causal=True)`, batch 1, {st['heads']} heads, embed {st['heads'] * st['head_dim']}, "
                 f"m = {st['features']}, forward + backward (CPU seconds, best of the rounds): `rpe=\"none\"` against "
                 "`rpe=\"alibi\"` (both on the chunkwise decay path), and the attention core without RPE against "
                 "the prefix sums it used before:", "",
                 markdown_table(["n", "none (s)", "ALiBi (s)", "none / ALiBi", "per round", "core none, chunkwise (s)",
-                                "core ALiBi (s)", "core none, prefix sums (s)", "prefix sums / chunkwise", "load avg"],
-                               rows)]
+                                "core ALiBi (s)", "core none, prefix sums (s)", "prefix sums / chunkwise",
+                                "checks none / ALiBi", "first call none / ALiBi (s)", "load avg"], rows)]
     sweep = r.get("block_sweep", {}).get("rows")
     if sweep:
         mibs = [k for k in sweep[0] if k != "n"]
@@ -214,10 +247,11 @@ def rope(r: dict) -> str:
         out += [f"RoPE on q and k, {where}: batch {sh['batch']}, {sh['heads']} heads, n = {sh['n']:,}, "
                 f"d = {sh['d']}, float32, forward{threads}; {part['bytes_moved_floor'] / 2**20:.0f} "
                 f"MiB read + written at the floor; target ≤ {part['target_ratio']:g}× floor:", ""]
-        rows = [[name, f"{c['min_s'] * 1e3:.2f}", f"{c['ratio_to_floor']:.2f}", f"{c['ratio_to_alloc_floor']:.2f}"]
-                for name, c in part["cases"].items()]
-        rows += [[name, "not run", why, ""] for name, why in part.get("skipped", {}).items()]
-        out.append(markdown_table(["implementation", "ms", "÷ copy floor", "÷ allocation floor"], rows))
+        rows = [[name, f"{c['min_s'] * 1e3:.2f}", _ms(c.get("first_s")), f"{c['ratio_to_floor']:.2f}",
+                 f"{c['ratio_to_alloc_floor']:.2f}"] for name, c in part["cases"].items()]
+        rows += [[name, "not run", "", why, ""] for name, why in part.get("skipped", {}).items()]
+        out.append(markdown_table(["implementation", "ms", "first call ms", "÷ copy floor", "÷ allocation floor"],
+                                  rows))
         out.append("")
     graphs = r.get("compile_graphs")
     if graphs:
@@ -244,7 +278,12 @@ def relative(r: dict) -> str:
                 return "not run (memory)"
             if "error" in row:
                 return "error"
-            return f"{row['median_s']:.3f} s ({row['peak_rss_mb']:.0f} MB)"
+            cell = f"{row['median_s']:.3f} s ({row['peak_rss_mb']:.0f} MB)"
+            if row.get("unchecked_median_s") is not None:
+                cell += f"; unchecked {row['unchecked_median_s']:.3f} s (checks {row['check_cost']:+.1%})"
+            if row.get("first_s") is not None:
+                cell += f"; first call {row['first_s']:.3f} s"
+            return cell
 
         out += ([""] if out else []) + [f"{title}, batch {part['batch']}, {part['heads']} heads, "
                                          f"d = {part['head_dim']}, {part['threads']} thread, seconds (peak RSS):", ""]
@@ -267,8 +306,12 @@ def relative(r: dict) -> str:
                     f"{mha['repeat']} round-robin runs; goal ≤ {mha['target_ratio']:g}×"
                     + (f"; measured {mha['date']}" if mha.get("date") else "")
                     + (f", load average {load[0]:.1f}" if load else "") + ":", ""]
+        def first(c: dict) -> str:
+            return "" if c.get("ours_first_s") is None else f"; first call {c['ours_first_s'] * 1e3:.0f} ms"
+
         rows = [[mode, mha["labels"][k], *[f"{cell[(mode, k, n)]['ratio']:.2f}× ({cell[(mode, k, n)]['ours_s'] * 1e3:.0f} "
-                                           f"vs {cell[(mode, k, n)]['floor_s'] * 1e3:.0f} ms)" for n in lengths]]
+                                           f"vs {cell[(mode, k, n)]['floor_s'] * 1e3:.0f} ms{first(cell[(mode, k, n)])})"
+                                           for n in lengths]]
                 for mode in modes for k in kinds]
         out.append(markdown_table(["mode", "bias", *[f"n = {n:,}" for n in lengths]], rows))
     return "\n".join(out)
@@ -282,24 +325,85 @@ def cape(r: dict) -> str:
               "2d_sinusoidal_per_axis": "2D per-axis sinusoids",
               "2d_cape_train": "2D CAPE, training mode (vision preset, spacing measured)",
               "2d_cape_train_given_spacing": "2D CAPE, training mode, spacing given"}
-    rows = [[labels.get(k, k), f"{c['median_s'] * 1e3:.1f}", f"{c['ratio_to_sinusoidal']:.2f}"]
+    rows = [[labels.get(k, k), f"{c['median_s'] * 1e3:.1f}", _ms(c.get("first_s"), 1), f"{c['ratio_to_sinusoidal']:.2f}"]
             for k, c in e["results"].items()]
     met = ", ".join(f"{k}: {'met' if v else 'missed'}" for k, v in e["meets_target"].items())
     out = [f"Augmentation + embedding, forward, {p['tokens']:,} tokens x batch {p['batch']}, width {p['dim']}, "
            f"{p['dtype']}, 1 thread, CPU ms (median); ratio to plain sinusoids on the same positions "
            f"(target ≤ {e['target_ratio']:g}×; {met}):", "",
-           markdown_table(["case", "ms", "ratio"], rows)]
+           markdown_table(["case", "ms", "first call ms", "ratio"], rows)]
     tb = r["testbed_fwd_bwd"]
     lengths = list(tb["results"])
     kinds = list(next(iter(tb["results"].values())))
     names = {"sinusoidal": "absolute sinusoids", "cape": "CAPE (training mode)",
              "relative_bias": "learned relative bias (clipped offsets)"}
-    rows = [[names.get(k, k), *[f"{tb['results'][n][k]['median_s'] * 1e3:.0f} ({tb['results'][n][k]['ratio_to_sinusoidal']:.2f}×)"
-                                for n in lengths]] for k in kinds]
+    def tcell(c: dict) -> str:
+        first = "" if c.get("first_s") is None else f"; first {c['first_s'] * 1e3:.0f}"
+        return f"{c['median_s'] * 1e3:.0f} ({c['ratio_to_sinusoidal']:.2f}×{first})"
+
+    rows = [[names.get(k, k), *[tcell(tb["results"][n][k]) for n in lengths]] for k in kinds]
     q = tb["params"]
     out += ["", f"Testbed forward + backward (TransformerEncoder, dim {q['dim']}, {q['depth']} layers, {q['heads']} heads, "
-            f"batch {q['batch']}), CPU ms (ratio to absolute sinusoids):", "",
+            f"batch {q['batch']}), CPU ms (ratio to absolute sinusoids; first call):", "",
             markdown_table(["position information", *[f"n = {int(n):,}" for n in lengths]], rows)]
+    return "\n".join(out)
+
+
+def defaults(r: dict) -> str:
+    st, goals = r["settings"], r["goals"]
+
+    def ratio(x: float | None) -> str:
+        return "–" if x is None else f"{x:.2f}×"
+
+    def shape(e: dict, key: str) -> str:
+        x = e.get(key) or {}
+        return "–" if not x else f"{ratio(x.get('first_over_warm_cpu'))} ({ratio(x.get('first_over_warm'))})"
+
+    verdict = {True: "met", False: "**missed**", None: "–"}
+    rows = []
+    for e in r["rows"]:
+        if "error" in e:
+            rows.append([e["call"], f"{e['n']:,}", "error: " + str(e["error"])[:80], *[""] * 8])
+            continue
+        alone = e.get("checks_alone_s")
+        rows.append([
+            e["call"], f"{e['n']:,}", _ms(e["default_s"], 1), _ms(e.get("unchecked_s"), 1),
+            "–" if e.get("check_cost_cpu") is None else f"{_pct(e['check_cost_cpu'])} ({_pct(e['check_cost'])})",
+            "–" if alone is None else f"{alone * 1e3:.2f} ({e['checks_alone_fraction']:.1%})",
+            f"{e['first_s'] * 1e3:.1f}: {ratio(e.get('first_over_warm_cpu'))} ({ratio(e['first_over_warm'])})",
+            _ms(e.get("first_sys_s"), 1), shape(e, "new_shape_shorter"), shape(e, "new_shape_longer"),
+            f"{e['first_page_faults']:,.0f} / {e['warm_page_faults_per_call']:,.0f}",
+            f"{verdict[e['checks_within_goal']]} / {verdict[e['first_call_within_goal']]}",
+        ])
+    out = [f"Default calls, one torch thread, ms, medians over {st['processes']} fresh processes of up to "
+           f"{st['rounds']} round-robin rounds each. `checks` = default ÷ `check_inputs=False` − 1, the median of "
+           f"the rounds' ratios in CPU time (in wall time); `checks alone` = the validation the default call "
+           f"makes, called by itself (its share of the call); `first call` = the first call in a fresh process, "
+           f"wall ms: its CPU time ÷ a warm call's (wall ÷ wall), and the kernel's CPU time in it (`sys`, page "
+           f"faults of fresh memory); `new shape` = the first call at n − n/4 (memory the process has used) and "
+           f"n + n/4 (fresh memory) in the warm process, ÷ its warm call (CPU, wall); minor page faults of the "
+           f"first and of a warm call. Goals: checks ≤ {goals['check_cost_max']:.0%}, first call ≤ "
+           f"{goals['first_over_warm_max']:g}× warm (verdicts in CPU time):", "",
+           markdown_table(["call", "n", "default", "unchecked", "checks", "checks alone (share)", "first call",
+                           "sys", "new shape, shorter", "new shape, longer", "page faults first / warm",
+                           "goals checks / first call"], rows)]
+    dense = r.get("toeplitz_vs_dense") or {}
+    if dense:
+        rows = [[f"{int(n):,}", _ms(d["fft_default_s"], 1), _ms(d["fft_first_s"], 1), _ms(d["dense_s"], 1),
+                 _ms(d["dense_first_s"], 1), f"{d.get('speedup_warm_cpu', d['speedup_warm']):.1f}×",
+                 f"{d.get('speedup_first_call_cpu', d['speedup_first_call']):.1f}×",
+                 "met" if d["within_goal"] else "**missed**"] for n, d in dense.items()]
+        out += ["", f"`toeplitz_matmul(c, x)` (defaults: FFT, checks on) against the dense `C @ x` with the n × n "
+                f"matrix built beforehand, {st['toeplitz_channels']} channels, wall ms; speed-ups in CPU time "
+                f"(goal: ≥ {goals['fft_over_dense_min']:g}× faster, the FFT's first call included):", "",
+                markdown_table(["n", "FFT warm", "FFT first call", "dense warm", "dense first call",
+                                "dense ÷ FFT warm", "dense ÷ FFT first call", "goal"], rows)]
+    v = r.get("verdicts", {})
+    if v:
+        out += ["", f"Verdicts at n ≥ 4,096: checks {'met' if v.get('checks_within_goal') else 'missed'}, first call "
+                f"{'met' if v.get('first_call_within_goal') else 'missed'}, FFT vs dense "
+                f"{'met' if v.get('fft_over_dense_within_goal') else 'missed'}"
+                + (f" (misses: {', '.join(v['misses'])})" if v.get("misses") else "") + "."]
     return "\n".join(out)
 
 
@@ -309,6 +413,12 @@ def search(r: dict) -> str:
     return search_markdown(r)
 
 
+def choice(r: dict) -> str:
+    from benchmarks.bench_choice import markdown as choice_markdown
+
+    return choice_markdown(r)
+
+
 def scale(r: dict) -> str:
     from benchmarks.bench_scale import markdown as scale_markdown
 
@@ -316,7 +426,9 @@ def scale(r: dict) -> str:
 
 
 FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search,
-              "cape": cape, "scale": scale, "rope": rope}
+              "cape": cape, "scale": scale, "rope": rope, "choice": choice}
+
+FORMATTERS["defaults"] = defaults
 
 
 def main() -> None:

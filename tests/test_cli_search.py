@@ -63,6 +63,15 @@ def test_search_stacked_darts_cells_with_topology():
     (("--cells", 0), "--cells"),
     (("--space", "pe", "--cells", 2), "--cells"),
     (("--proj-intv", 0), "--proj-intv"),
+    # every count the command multiplies is bounded before any work
+    (("--space", "nb201", "--cells", 100000), "--cells must be in [1, 1000], got 100000"),
+    (("--steps", 10**7), "--steps must be in [0, 1,000,000]"),
+    (("--proj-intv", 10**6), "--proj-intv must be in [1, 1000]"),
+    (("--finetune-epochs", 1e9), "--finetune-epochs must be in [0, 1000]"),
+    (("--seed", 2**63), "--seed"),
+    # the memory estimate against --max-memory
+    (("--space", "nb201", "--cells", 900), "search --space nb201 --cells 900 would need about"),
+    (("--space", "darts", "--cells", 3, "--max-memory", "1M"), "reduce --cells, or raise the limit with --max-memory"),
 ])
 def test_search_bad_input(args, needle):
     res = invoke("search", *args)

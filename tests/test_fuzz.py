@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from posenc.attention.kernelized import kernelized_attention
-from posenc.attention.layers import KernelizedAttention
-from posenc.attention.toeplitz import toeplitz_matmul
+from posenc.attention.kernelized.kernelized import kernelized_attention
+from posenc.attention.kernelized.layers import KernelizedAttention
+from posenc.attention.kernelized.toeplitz import toeplitz_matmul
 from posenc.cli import app
 from posenc.encodings import available_encodings, create_encoding, encoding_parameters
 
@@ -278,8 +278,8 @@ def test_bad_cli_files(tmp_path):
 @given(pq=tensors(shape=(1, 2, 6, 3), dtypes=FLOATS), pk=tensors(shape=(1, 2, 6, 3), dtypes=FLOATS + [torch.int64]),
        v=tensors(shape=(1, 2, 6, 2), dtypes=FLOATS), zero_keys=st.booleans(), causal=st.booleans())
 def test_decay_and_alibi_attention_fuzz(pq, pk, v, zero_keys, causal):
-    from posenc.attention.alibi import alibi_kernelized_attention, alibi_slopes
-    from posenc.attention.decay import decay_kernelized_attention
+    from posenc.attention.relative.alibi import alibi_kernelized_attention, alibi_slopes
+    from posenc.attention.kernelized.decay import decay_kernelized_attention
 
     if zero_keys and pk.device.type != "meta":
         pk = torch.zeros_like(pk)
@@ -346,7 +346,7 @@ def _positions_ok(p, lead) -> bool:
        scale=st.sampled_from([1.0, 1e3, 1e300]), layout=st.sampled_from(["half", "interleaved", "neox"]),
        inplace=st.booleans())
 def test_rope_fuzz(x, pos, scale, layout, inplace):
-    from posenc.attention.rotary import apply_rope
+    from posenc.attention.relative.rotary import apply_rope
 
     if pos is not None and pos.is_floating_point() and pos.device.type != "meta":
         pos = pos * scale
@@ -363,7 +363,7 @@ def test_rope_fuzz(x, pos, scale, layout, inplace):
 @given(n_q=st.integers(1, 6), n_k=st.integers(1, 6), offset=st.one_of(st.integers(-3, 10**6), st.floats(-1, 5), st.booleans()),
        layout=st.sampled_from(["half", "interleaved"]), xpos=st.booleans())
 def test_rope_offset_fuzz(n_q, n_k, offset, layout, xpos):
-    from posenc.attention.rotary import RotaryEmbedding, apply_rope_qk
+    from posenc.attention.relative.rotary import RotaryEmbedding, apply_rope_qk
 
     g = torch.Generator().manual_seed(n_q * 7 + n_k)
     q, k = torch.randn(2, n_q, 8, generator=g, dtype=torch.float64), torch.randn(2, n_k, 8, generator=g, dtype=torch.float64)
@@ -385,7 +385,7 @@ def test_rope_offset_fuzz(n_q, n_k, offset, layout, xpos):
 @given(span=st.sampled_from([10, 5_000, 40_000, 70_000, 200_000, 10**7]), dtype=st.sampled_from(
     [torch.float16, torch.bfloat16, torch.float32, torch.float64]), center=st.one_of(st.none(), st.just(0.0)))
 def test_xpos_range_fuzz(span, dtype, center):
-    from posenc.attention.rotary import apply_rope_qk
+    from posenc.attention.relative.rotary import apply_rope_qk
 
     g = torch.Generator().manual_seed(span % 1000)
     q, k = torch.randn(5, 16, generator=g).to(dtype), torch.randn(5, 16, generator=g).to(dtype)
@@ -406,7 +406,7 @@ def test_xpos_range_fuzz(span, dtype, center):
                           st.just(2**63), st.just("1")),
        dtype=st.sampled_from([None, torch.float32, torch.float64, torch.int64, torch.bool]))
 def test_alibi_bias_fuzz(slopes, n_q, n_k, causal, q_offset, dtype):
-    from posenc.attention.alibi import alibi_bias
+    from posenc.attention.relative.alibi import alibi_bias
 
     names = ("slopes", "q_offset", "dtype")
     slopes_ok = is_clean_finite(slopes) and bool((slopes >= 0).all())
@@ -435,7 +435,7 @@ def test_alibi_bias_fuzz(slopes, n_q, n_k, causal, q_offset, dtype):
 @given(rel=st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-300, 300)), min_size=1, max_size=12),
        bidirectional=st.booleans(), sizes=st.sampled_from([(4, 16), (8, 16), (8, 128), (32, 128)]))
 def test_t5_buckets_fuzz(rel, bidirectional, sizes):
-    from posenc.attention.relative_bias import t5_buckets
+    from posenc.attention.relative.relative_bias import t5_buckets
 
     num_buckets, max_distance = sizes
     r = torch.tensor(rel, dtype=torch.int64)
@@ -461,7 +461,7 @@ def test_t5_buckets_fuzz(rel, bidirectional, sizes):
 @given(pos=tensors(shape=(4,), dtypes=[torch.float64, torch.float32, torch.int64, torch.bool]),
        scale=st.sampled_from([1.0, 1e10, 1e19, 1e300]), frac=st.booleans())
 def test_offsets_from_positions_fuzz(pos, scale, frac):
-    from posenc.attention.relative_bias import offsets_from_positions
+    from posenc.attention.relative.relative_bias import offsets_from_positions
 
     if pos.device.type != "meta" and pos.is_floating_point():
         pos = (pos * scale).round() + (0.5 if frac else 0.0)
@@ -493,7 +493,8 @@ def _store_record(tmp_path_factory):
     from posenc.report.store import JobStore
 
     store = JobStore(tmp_path_factory.mktemp("store"))
-    record = store.save("s", "k", _STORE_CONFIG, {"psnr": [31.5, 30.25], "ok": True}, 1.5)
+    record = store.save("s", "k", _STORE_CONFIG, {"psnr": [31.5, 30.25], "ok": True}, 1.5,
+                        {"posenc": "0", "source": "s", "torch": "t", "numerics": "n", "commit": None})
     return store, record
 
 

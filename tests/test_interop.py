@@ -258,3 +258,45 @@ def test_set_pos_encoding_bad_input():
     with pytest.raises(ValueError, match="prefix_pos_embed"):
         TimmPositionEncoding(enc, torch.zeros(2, 16))
     assert "prefix_rows=1" in repr(model.posenc_pos_embed)
+
+
+def test_set_pos_encoding_model_saves_and_loads_whole(tmp_path):
+    # torch.save(model) pickles the instance's _pos_embed step: it must load back (a bound
+    # method did not: AttributeError, no attribute '_timm_pos_embed') and compute the same
+    import copy
+
+    model = DocumentedViT(reg_tokens=1, dynamic_img_size=True)
+    im = torch.randn(2, 3, 20, 12, generator=torch.Generator().manual_seed(0))
+    plain = model(im)[1]
+    set_pos_encoding(model, create_encoding("lff", in_dim=2, num_features=16, seed=0))
+    ref = model(im)[1]
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert loaded.posenc_pos_embed is not model.posenc_pos_embed
+    torch.testing.assert_close(loaded(im)[1], ref, rtol=0, atol=0)
+    # the loaded step uses the loaded model's own encoding, not the original's
+    with torch.no_grad():
+        next(loaded.posenc_pos_embed.encoding.parameters()).add_(1.0)
+    assert not torch.allclose(loaded(im)[1], ref) and torch.equal(model(im)[1], ref)
+    twin = copy.deepcopy(model)
+    torch.testing.assert_close(twin(im)[1], ref, rtol=0, atol=0)
+    assert twin._pos_embed.args[0] is twin                          # bound to the copy
+    remove_pos_encoding(loaded)                                     # and undoable after loading
+    assert isinstance(loaded.pos_embed, nn.Parameter) and "_pos_embed" not in loaded.__dict__
+    torch.testing.assert_close(loaded(im)[1], plain)
+
+
+def test_timm_guide_names_matching_torch_torchvision_pairs():
+    # docs/timm.md tells users which torch / torchvision pairs load together. torchvision 0.N
+    # is built for torch 2.(N - 15) (0.15 for 2.0, ..., 0.24 for 2.9, 0.29 for 2.14): every
+    # pair the guide names must follow that rule, and the guide says how to get CPU builds.
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "timm.md").read_text(encoding="utf-8")
+    pairs = re.findall(r"torch[= ]=?(2\.(\d+)\.\d+)\s*(?:\+\s*)?torchvision[= ]=?(0\.(\d+)\.\d+)", text)
+    assert len(pairs) >= 3, pairs
+    for torch_version, torch_minor, vision_version, vision_minor in pairs:
+        assert int(vision_minor) == int(torch_minor) + 15, f"torch {torch_version} with torchvision {vision_version}"
+    assert "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu" in text
+    assert "import timm" in text and "torchvision::nms" in text

@@ -1,5 +1,5 @@
-"""Project metadata: CITATION.cff (CFF 1.2.0, citing posenc and the papers it implements),
-pyproject's URLs and classifiers, one canonical repository URL, links that work off GitHub."""
+"""Project metadata: CITATION.cff (CFF 1.2.0, citing posenc and the papers it implements) and
+pyproject's classifiers. Links and URLs are checked in tests/test_links.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 META = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-BASE = META["urls"]["Repository"]
 
 yaml = pytest.importorskip("yaml")
 
@@ -46,7 +45,7 @@ def _person_ok(p: dict) -> bool:
 
 def test_citation_file_follows_cff_1_2_0():
     assert CFF["cff-version"] == "1.2.0"
-    for key in ("message", "title", "authors", "type", "version", "license", "repository-code"):
+    for key in ("message", "title", "authors", "type", "version", "license"):
         assert CFF.get(key), f"CITATION.cff has no {key!r}"
     assert CFF["type"] == "software" and CFF["license"] == META["license"]
     import posenc
@@ -86,21 +85,6 @@ def test_citation_file_passes_cffconvert_where_installed():
     cffconvert.Citation((ROOT / "CITATION.cff").read_text(encoding="utf-8")).validate()  # the CFF 1.2.0 schema
 
 
-def test_one_canonical_repository_url():
-    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", BASE)
-    urls = META["urls"]
-    assert {"Homepage", "Repository", "Documentation", "Issues", "Changelog"} <= set(urls)
-    assert all(u == BASE or u.startswith(BASE + "/") for u in urls.values()), urls
-    assert CFF["repository-code"] == BASE
-    mk = yaml.safe_load((ROOT / "mkdocs.yml").read_text().replace("!!python", "#"))
-    assert mk["repo_url"] == BASE and mk["site_url"].rstrip("/") == BASE
-    # any other GitHub URL naming the project must be the canonical one
-    pattern = re.compile(r"https://github\.com/[\w.-]+/posenc\b")
-    for path in [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "mkdocs.yml", *sorted((ROOT / "docs").rglob("*.md"))]:
-        for url in pattern.findall(path.read_text(encoding="utf-8")):
-            assert url == BASE, f"{path.relative_to(ROOT)} names {url}, not {BASE}"
-
-
 def test_classifiers_and_metadata():
     classifiers = META["classifiers"]
     assert len(classifiers) == len(set(classifiers))
@@ -111,22 +95,3 @@ def test_classifiers_and_metadata():
     assert versions and min(versions) >= minor
     assert META["keywords"] and "docs" in META["optional-dependencies"]
     assert "docs" in META["optional-dependencies"]["all"][0]
-
-
-LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)\)|<img[^>]+src=\"([^\"]+)\"|!\[[^\]]*\]\(([^)\s]+)\)")
-
-
-def _relative_links(text: str) -> list[str]:
-    links = [next(g for g in m.groups() if g) for m in LINK.finditer(text)]
-    return [u for u in links if not re.match(r"(https?:|mailto:|#)", u)]
-
-
-def test_relative_link_finder():
-    text = "[a](docs/x.md) [b](https://e.org) ![c](img.png) [d](#top) <img src=\"logo.png\">"
-    assert _relative_links(text) == ["docs/x.md", "img.png", "logo.png"]
-
-
-def test_readme_links_work_on_the_package_index():
-    # PyPI renders README.md without the repository around it: relative links break there
-    rel = _relative_links((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert not rel, f"README.md has relative links (write {BASE}/blob/main/<path>): {rel[:5]}"

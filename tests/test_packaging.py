@@ -3,9 +3,6 @@ wheel carries the license and ``py.typed``; the declared lower bounds are the te
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -15,50 +12,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _source_copy(dst: Path) -> Path:
-    """The files a clean checkout has (git-tracked, plus untracked ones git does not ignore)."""
-    try:
-        files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    for f in files:
-        src = ROOT / f
-        if src.is_file():
-            (dst / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst / f)
-    return dst
-
-
-def _build(src: Path, kind: str, out: Path) -> Path:
-    code = f"from setuptools import build_meta as b; print(b.build_{kind}({str(out)!r}))"
-    res = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out / res.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.slow
-def test_sdist_and_wheel_contents(tmp_path):
-    src = _source_copy(tmp_path / "src")
-    out = tmp_path / "dist"
-    out.mkdir()
-    sdist = _build(src, "sdist", out)
+def test_sdist_and_wheel_contents(built_dists):
+    src, sdist, wheel = built_dists["source"], built_dists["sdist"], built_dists["wheel"]
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     tests = {n for n in names if n.startswith("tests/") and n.endswith(".py")}
     repo_tests = {str(p.relative_to(src)) for p in (src / "tests").rglob("*.py")}
     assert tests == repo_tests, f"tests missing from the sdist: {sorted(repo_tests - tests)[:5]}"
-    for required in ("LICENSE", "README.md", "Makefile", "constraints.txt", "constraints-oldest.txt",
+    for required in ("LICENSE", "README.md", "Makefile", "constraints.txt", "constraints-oldest.txt", "setup.py",
+                     "mkdocs.yml", "tools/griffe_docstrings.py", "tools/mkdocs_hooks.py",
                      "src/posenc/py.typed", "pyproject.toml"):
         assert required in names, required
     docs = {str(p.relative_to(src)) for p in (src / "docs").glob("*.md")}
     assert docs and docs <= names
-    wheel = _build(src, "wheel", out)
     with zipfile.ZipFile(wheel) as zf:
         wnames = zf.namelist()
     assert "posenc/py.typed" in wnames
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wnames)
-    assert not any(n.startswith(("tests/", "benchmarks/")) for n in wnames)
+    assert not any(n.startswith(("tests/", "benchmarks/", "tools/")) or n == "setup.py" for n in wnames)
 
 
 def _pins(path: Path) -> dict[str, str]:

@@ -38,3 +38,26 @@ def test_grid_bad_domain():
         grid_1d(4, (1, 1))
     with pytest.raises(ValueError, match="stride"):
         subsample_mask((4,), 0)
+
+
+#: Functions of posenc.positions without an underscore that are shared validation helpers of
+#: the CAPE encoding, not part of the module's public interface (kept out of ``__all__``).
+HELPERS = {"cape_augment_work", "check_generator", "check_key_padding_mask", "check_scaling_range"}
+
+
+def test_star_import_gives_exactly_the_public_names():
+    import inspect
+
+    import posenc.positions as mod
+
+    namespace: dict = {}
+    exec("from posenc.positions import *", namespace)
+    names = set(namespace) - {"__builtins__"}
+    assert names == {"LIMIT_MAX", "SCALING_DISTRIBUTIONS", "cape_augment", "grid", "grid_1d", "grid_cell",
+                     "grid_spacing", "index_grid", "subsample_mask"}
+    assert len(mod.__all__) == len(set(mod.__all__))
+    # every function defined here is either public or a named helper; none is forgotten
+    defined = {n for n, f in vars(mod).items() if inspect.isfunction(f) and f.__module__ == mod.__name__
+               and not n.startswith("_")}
+    assert defined == (names | HELPERS) - {"LIMIT_MAX", "SCALING_DISTRIBUTIONS"}
+    assert all(getattr(mod, n).__doc__ for n in names if callable(getattr(mod, n)))

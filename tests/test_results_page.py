@@ -48,14 +48,25 @@ def test_snapshot_and_provenance(tmp_path):
         rec = json.loads(path.read_text(encoding="utf-8"))
         assert "markdown" not in rec and {"summary", "command", "versions", "title"} <= set(rec)
     # snapshot(): copies each finished section of a run directory, without its rendered markdown
+    from posenc.report.provenance import code_signature
+    from posenc.report.registry import get_section
+
     runs = tmp_path / "runs"
     runs.mkdir()
     record = json.loads(data[0].read_text(encoding="utf-8"))
+    job = get_section(data[0].stem).plan(record["profile"], None)[0]
+    record["code"] = code_signature(job.run, "cpu=AVX2 mkl=AVX2 onednn=AVX2")  # as if this checkout made it
     (runs / data[0].name).write_text(json.dumps({**record, "markdown": "old"}), encoding="utf-8")
     (runs / "report.md").write_text("# not a section")
     out = tmp_path / "data"
     assert results.snapshot(runs, out) == [data[0].stem]
     assert json.loads((out / data[0].name).read_text(encoding="utf-8")) == record
+    # make results refuses records of other code: another source, another torch, or none named
+    for code in ({**record["code"], "source": "0" * 16}, {**record["code"], "torch": "0.0"}, None):
+        (runs / data[0].name).write_text(json.dumps({**record, "code": code}), encoding="utf-8")
+        with pytest.raises(results.OtherVersion, match="made by other code.*fresh --out"):
+            results.snapshot(runs, tmp_path / "refused")
+        assert not (tmp_path / "refused").exists()  # nothing copied
     # every section and benchmark on the page says when, under what load and by which command
     page = results.PAGE.read_text(encoding="utf-8")
     for path in data:

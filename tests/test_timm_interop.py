@@ -82,14 +82,17 @@ if importlib.util.find_spec("timm") is None:
     pytest.skip("timm is not installed (make install adds it without dependencies)", allow_module_level=True)
 try:
     import timm
-except (ImportError, RuntimeError, OSError):  # torchvision missing, or a build that cannot load here
+
+    _TIMM_IMPORT_ERROR = None
+except (ImportError, RuntimeError, OSError) as exc:  # torchvision missing, or a build that cannot load here
+    _TIMM_IMPORT_ERROR = exc
     timm = _import_timm_without_torchvision()
 
 from timm.layers import resample_abs_pos_embed  # noqa: E402
 from timm.layers.pos_embed_sincos import apply_rot_embed, build_rotary_pos_embed  # noqa: E402
 
-from posenc.attention.rotary import rotate  # noqa: E402
-from posenc.attention.rotary_nd import AxialRotaryEmbedding, nd_angles  # noqa: E402
+from posenc.attention.relative.rotary import rotate  # noqa: E402
+from posenc.attention.relative.rotary_nd import AxialRotaryEmbedding, nd_angles  # noqa: E402
 from posenc.encodings import create_encoding  # noqa: E402
 from posenc.interop import (  # noqa: E402
     learned_table_from_pos_embed,
@@ -217,3 +220,32 @@ def test_cape_augments_inside_timm_in_training_only():
     model.eval()
     with torch.no_grad():
         assert torch.equal(model.forward_features(x), model.forward_features(x))
+
+
+def test_timm_model_with_a_posenc_encoding_saves_and_loads_whole(tmp_path):
+    # torch.save(model) / torch.load of a whole timm ViT after set_pos_encoding (the usual
+    # timm checkpoint workflow); then its state dict into a fresh model given the same encoding
+    model = _vit(dynamic_img_size=True)
+    set_pos_encoding(model, create_encoding("lff", in_dim=2, num_features=32, seed=0))
+    x = torch.randn(2, 3, 32, 40, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = model.forward_features(x)
+    torch.save(model, tmp_path / "vit.pt")
+    loaded = torch.load(tmp_path / "vit.pt", weights_only=False).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.forward_features(x), ref, rtol=0, atol=0)
+    fresh = _vit(dynamic_img_size=True)
+    set_pos_encoding(fresh, create_encoding("lff", in_dim=2, num_features=32, seed=5))
+    fresh.load_state_dict(loaded.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.forward_features(x), ref, rtol=0, atol=0)
+
+
+def test_import_timm_needs_a_torchvision_that_loads():
+    # docs/timm.md: `import timm` imports torchvision. Where it failed here, the error names
+    # torchvision (missing, or built for another torch: "operator torchvision::nms does not
+    # exist"); where it worked, torchvision was imported with it.
+    if _TIMM_IMPORT_ERROR is None:
+        assert "torchvision" in sys.modules
+    else:
+        assert "torchvision" in str(_TIMM_IMPORT_ERROR), _TIMM_IMPORT_ERROR

@@ -35,16 +35,44 @@ PAGE = ROOT / "docs" / "results.md"
 DROP = ("markdown",)
 
 
+class OtherVersion(ValueError):
+    """A run directory's section summary was made by code other than this checkout's."""
+
+
+def check_version(name: str, record: dict, path: Path) -> None:
+    """Refuse the summary ``record`` of section ``name`` unless this checkout's code made it: the
+    source digest of the code its jobs run (:func:`posenc.report.provenance.source_digest`) and
+    the torch version must match what the summary names."""
+    import torch
+
+    from posenc.report.provenance import describe_code, source_digest
+    from posenc.report.registry import get_section
+
+    code = record.get("code")
+    jobs = get_section(name).plan(record.get("profile") or "quick", None)
+    want = source_digest(jobs[0].run.__module__) if jobs else None
+    if not isinstance(code, dict) or code.get("source") != want or code.get("torch") != torch.__version__:
+        raise OtherVersion(f"{path} was made by other code ({describe_code(code)}), not by this checkout "
+                           f"(source {str(want)[:8]}, torch {torch.__version__}): rerun it with this code into a fresh "
+                           f"--out (e.g. `make demo OUT=runs/fresh`, then `make results OUT=runs/fresh`)")
+
+
 def snapshot(runs: Path, data: Path = DATA) -> list[str]:
-    """Copy every finished section record of the run directory ``runs`` to ``data``; return their names."""
+    """Copy every finished section record of the run directory ``runs`` to ``data``; return their names.
+
+    Raises:
+        OtherVersion: a section summary was made by other code than this checkout's (nothing is copied).
+    """
     from posenc.report.registry import SECTIONS
 
-    copied = []
+    records = {}
     for name in SECTIONS:
         src = runs / f"{name}.json"
-        if not src.exists():
-            continue
-        record = json.loads(src.read_text(encoding="utf-8"))
+        if src.exists():
+            records[name] = json.loads(src.read_text(encoding="utf-8"))
+            check_version(name, records[name], src)
+    copied = []
+    for name, record in records.items():
         record = {k: v for k, v in record.items() if k not in DROP}
         data.mkdir(parents=True, exist_ok=True)
         (data / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -57,6 +85,14 @@ def _load(load: Any) -> str:
     if isinstance(load, (list, tuple)) and len(load) == 3:
         return " / ".join(f"{v:.1f}" for v in load)
     return "not recorded"
+
+
+def _code(code: Any) -> str:
+    """What made a section's records: the posenc source digest, the commit and the floating-point paths."""
+    if not isinstance(code, dict):
+        return "code not recorded"
+    commit = f", commit `{str(code['commit'])[:12]}`" if code.get("commit") else ""
+    return f"posenc source `{code.get('source')}`{commit}, torch {code.get('torch')}, {code.get('numerics')}"
 
 
 def _date(record: dict) -> str:
@@ -87,10 +123,30 @@ def _claim_cell(claim: Any) -> str:
     if (isinstance(claim, dict) and isinstance(claim.get("comparisons"), list) and len(claim["comparisons"]) > 1
             and " comparisons " not in word):  # the CLI's word may already count them
         verdicts = [c.get("verdict") for c in claim["comparisons"]]
-        counts = {v: verdicts.count(v) for v in ("holds", "not confirmed at this scale", "contradicted")}
+        counts = {v: verdicts.count(v) for v in ("holds", "not confirmed at this scale", "contradicted",
+                                                    "not decided")}
         word += (f" ({counts['holds']} of {len(verdicts)} comparisons hold, {counts['not confirmed at this scale']} "
-                 f"not confirmed, {counts['contradicted']} contradicted)")
+                 f"not confirmed, {counts['contradicted']} contradicted, {counts['not decided']} not decided)")
     return word
+
+
+def _holm_cell(claim: Any) -> str:
+    """The claim's verdicts after Holm's adjustment over its section's comparisons (``–`` where the
+    section reads no interval)."""
+    if not isinstance(claim, dict):
+        return "–"
+    if isinstance(claim.get("comparisons"), list):
+        parts = claim["comparisons"]
+    elif isinstance(claim.get("vs"), dict):
+        parts = list(claim["vs"].values())
+    else:
+        parts = [claim]
+    holm = [c.get("holm_verdict") for c in parts if isinstance(c, dict) and c.get("holm_verdict") is not None]
+    if not holm:
+        return "–"
+    if len(holm) == 1:
+        return holm[0]
+    return f"holds in {holm.count('holds')} of {len(holm)} ({holm.count('contradicted')} contradicted)"
 
 
 def _claims(records: dict[str, dict]) -> list[list[str]]:
@@ -98,7 +154,7 @@ def _claims(records: dict[str, dict]) -> list[list[str]]:
     for name, rec in records.items():
         summary = rec.get("summary")
         claims = summary.get("claims", {}) if isinstance(summary, dict) else {}
-        rows += [[f"`{name}`", f"`{claim}`", _claim_cell(value)] for claim, value in claims.items()]
+        rows += [[f"`{name}`", f"`{claim}`", _claim_cell(value), _holm_cell(value)] for claim, value in claims.items()]
     return rows
 
 
@@ -186,13 +242,16 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
         if claims:
             lines += ["### Claims checked", "",
                       "Verdicts as `posenc reproduce` reads them from each claim's paired per-seed differences "
-                      "(yes / no for the claims that are single checks):", "",
-                      markdown_table(["section", "claim", "verdict"], claims), ""]
+                      "(yes / no for the claims that are single checks); *after Holm*: the same with every "
+                      "comparison of the section in one family (Holm's step-down adjustment at 5 %); no verdict "
+                      "is read from fewer than 3 converged pairs (\"not decided\"):", "",
+                      markdown_table(["section", "claim", "verdict", "after Holm"], claims), ""]
         for name, body in render_sections(records, figures).items():
             rec = records[name]
             lines += [f'<a id="{name}"></a>', "", f"### {rec['title']}", "",
-                      f"*Produced by `{rec.get('command') or 'posenc reproduce'}` ({rec.get('profile', '')} profile), "
-                      f"finished {_date(rec)}, load average {_load(rec.get('load_average'))}.*", "",
+                      f"*Produced by `{rec.get('command') or 'posenc reproduce'}` ({rec.get('profile', '')} profile) "
+                      f"with {_code(rec.get('code'))}, finished {_date(rec)}, load average "
+                      f"{_load(rec.get('load_average'))}.*", "",
                       _demote(body.rstrip(), 2), ""]
     results = sorted(bench.glob("*.json"))
     if results:
@@ -230,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.runs is not None:
         if args.runs.is_dir():
-            copied = snapshot(args.runs)
+            try:
+                copied = snapshot(args.runs)
+            except OtherVersion as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
             print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
         else:
             print(f"{args.runs} does not exist: rendering the committed snapshot in {DATA}", file=sys.stderr)

@@ -29,6 +29,18 @@ def check_positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
     return value
 
 
+#: the largest seed a ``torch.Generator`` takes (an unsigned 64-bit integer)
+MAX_SEED = 2**64 - 1
+
+
+def check_seed(name: str, value: Any) -> int:
+    """Return ``value`` if it is an int in ``[0, 2**64 - 1]``, the seeds ``torch.Generator`` takes."""
+    check_positive_int(name, value, minimum=0)
+    if value > MAX_SEED:
+        raise ValueError(f"{name} must be at most 2**64 - 1 (a torch.Generator seed), got {value}")
+    return value
+
+
 def check_even(name: str, value: int) -> int:
     """Return ``value`` if it is even (sine/cosine pairs need an even width)."""
     if value % 2:
@@ -110,15 +122,63 @@ def check_has_data(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} is on the 'meta' device (it has a shape but no values); pass a tensor with data")
 
 
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether ``x`` holds no NaN or infinity, in one reduction over ``x`` and no temporary of its size.
+
+    A NaN or an infinity anywhere makes the sum of ``x`` non-finite (IEEE arithmetic never
+    turns them back into a finite number), so a finite sum proves every entry finite. A
+    non-finite sum is either such an entry or finite values whose sum overflows (float16 past
+    65,504, or any dtype near its maximum): only then is the exact element-wise test run, so
+    the verdict is always that of ``torch.isfinite(x).all()``. float16, whose sums overflow at a
+    few thousand entries of order 10, reduces to its extremes instead (``torch.aminmax``, which
+    propagates NaN and cannot overflow). Non-floating tensors are finite.
+    """
+    if not x.is_floating_point() or x.numel() == 0:
+        return True
+    x = x.detach()
+    if x.dtype == torch.float16:
+        lo, hi = torch.aminmax(x)
+        reduced = (hi.float() - lo.float()).item()  # finite exactly when both extremes are (no float32 overflow)
+    else:
+        reduced = x.sum().item()
+    # one read-back of one number (math.isfinite on a Python float costs less than a 0-d torch.isfinite)
+    return math.isfinite(reduced) or bool(torch.isfinite(x).all())
+
+
+def broadcast_shape(*shapes: Sequence[int]) -> torch.Size:
+    """``torch.broadcast_shapes(*shapes)`` computed on the sizes directly.
+
+    The same result, and the same ``RuntimeError`` for shapes that do not broadcast, without
+    the import of sympy (about half a second) that ``torch.broadcast_shapes`` makes on its first
+    call in a process. Under ``torch.compile``, ``torch.export`` or ``torch.jit.trace`` it defers
+    to ``torch.broadcast_shapes`` (symbolic and traced sizes).
+    """
+    if _compiling() or torch.jit.is_tracing():
+        return torch.broadcast_shapes(*shapes)
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, ndim - len(shape)):
+            if size == 1:
+                continue
+            if out[i] == 1:
+                out[i] = size
+            elif out[i] != size:
+                raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast: size {out[i]} against "
+                                   f"{size} at dimension {i - ndim}")
+    return torch.Size(out)
+
+
 def check_finite(name: str, x: torch.Tensor) -> None:
     """Raise if ``x`` holds NaN or infinity (skipped under torch.compile).
 
-    A ``meta`` tensor has no values: it is refused with a ValueError naming ``name``.
+    One reduction over ``x`` (:func:`all_finite`); the entries are counted only to word the
+    error. A ``meta`` tensor has no values: it is refused with a ValueError naming ``name``.
     """
     if _compiling():
         return
     check_has_data(name, x)
-    if x.is_floating_point() and not bool(torch.isfinite(x.detach()).all()):
+    if not all_finite(x):
         bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf)")
 
@@ -170,7 +230,7 @@ def check_in_domain(name: str, x: torch.Tensor, low: float, high: float, *, tol:
         return
     check_has_data(name, x)
     slack = tol * (high - low)
-    lo, hi = float(x.detach().min()), float(x.detach().max())
+    lo, hi = torch.stack(torch.aminmax(x.detach())).tolist()  # one pass over x, one read back
     if lo < low - slack or hi > high + slack:
         raise ValueError(
             f"{name} must lie in the domain [{low}, {high}], got values in [{lo:.6g}, {hi:.6g}]; "

@@ -73,11 +73,19 @@ def check_budget(estimate: float, limit: int, what: str, options: str) -> None:
         )
 
 
-def encoding_bytes(num_params: int, out_dim: int, normalize: bool) -> float:
-    """Construction: parameters and buffers (float32), plus the row-normalisation scan, which
+def encoding_bytes(num_params: int, out_dim: int, normalize: bool, dtype_bytes: int = 4) -> float:
+    """Construction of an encoding: its parameters and buffers, computed in float64 and cast to
+    their dtype (``8 + dtype_bytes`` bytes per element), plus the row-normalisation scan, which
     evaluates its 322 points in blocks of at most ``max(out_dim, 2**22)`` float64 features
-    (the block, its square and the encoding's work buffer)."""
-    return 4.0 * num_params + (3 * 8.0 * max(out_dim, 2**22) if normalize else 0.0)
+    (the block, its square and the encoding's work buffer). The CLI and the encodings'
+    constructors check this same estimate."""
+    return (8.0 + dtype_bytes) * num_params + (3 * 8.0 * max(out_dim, 2**22) if normalize else 0.0)
+
+
+def embedding_bytes(num_points: int, out_dim: int) -> float:
+    """``embedding_matrix``: the float64 grid and the ``(N, D)`` float64 features, with the
+    encoding's work copy of them."""
+    return 8.0 * num_points * (2.0 * out_dim + 2)
 
 
 def analysis_bytes(num_points: int, out_dim: int) -> float:
@@ -119,3 +127,77 @@ def fit_bytes(n_train: int, n_eval: int, out_dim: int, channels: int, model: str
             params = (d + 1) * hidden + (depth - 1) * (hidden + 1) * hidden + (hidden + 1) * c
             total += 4 * 4.0 * params + 2 * 4.0 * n * hidden * depth * 2
     return total
+
+
+# ------------------------------------------------------------------ the library's guard
+#: Share of the available memory one library call may plan to hold before it is refused
+#: (the CLI's default, :data:`DEFAULT_FRACTION`, is stricter: a command holds more than one tensor).
+LIBRARY_FRACTION = 0.8
+#: Requests below this many bytes are never checked (reading ``/proc/meminfo`` costs ~30 us).
+CHECK_ABOVE = 2**28
+#: Environment variable that sets the library's limit (a size such as ``8G``; ``0`` or ``off``: no limit).
+LIMIT_ENV = "POSENC_MAX_MEMORY"
+
+
+class FootprintError(MemoryError, ValueError):
+    """A call refused before it allocated: its estimated footprint exceeds the memory limit.
+
+    A ``MemoryError`` (what an allocation that failed would raise) and a ``ValueError``
+    (an argument out of range), so ``except MemoryError`` and ``except ValueError`` both
+    catch it. The message names the argument(s) to reduce and both sizes.
+
+    Attributes:
+        nbytes: the estimated bytes.
+        limit: the limit it was checked against.
+        argument: the argument(s) that set the size.
+    """
+
+    def __init__(self, message: str, nbytes: float, limit: int, argument: str) -> None:
+        super().__init__(message)
+        self.nbytes, self.limit, self.argument = nbytes, limit, argument
+
+
+def library_limit() -> int | None:
+    """Bytes one library call may plan to hold: ``$POSENC_MAX_MEMORY`` when set (``0``/``off``:
+    no limit, ``None``), else :data:`LIBRARY_FRACTION` of :func:`available_memory` (or of
+    :data:`FALLBACK_BYTES` when it cannot be read)."""
+    text = os.environ.get(LIMIT_ENV, "").strip()
+    if text:
+        if text.lower() in ("0", "off", "none", "no"):
+            return None
+        return parse_bytes(text, name=LIMIT_ENV)
+    avail = available_memory()
+    return int(LIBRARY_FRACTION * (avail if avail else FALLBACK_BYTES))
+
+
+def check_footprint(nbytes: float, argument: str, what: str, limit: int | None = None) -> None:
+    """Refuse, before anything is allocated, a call whose estimate ``nbytes`` exceeds the limit.
+
+    Every constructor and function of the library that can allocate a large share of the
+    machine's memory calls this with an estimate made from its arguments alone. The CLI
+    checks the same estimates against its ``--max-memory``.
+
+    Args:
+        nbytes: the estimated peak bytes (a float: products of large counts do not overflow).
+        argument: the argument(s) that set the size, as the user wrote them (``"n=60000"``).
+        what: what would be built (``"the ALiBi bias of 8 heads"``).
+        limit: bytes (default: :func:`library_limit`).
+
+    Raises:
+        FootprintError: ``nbytes`` exceeds the limit (the message names ``argument`` and both sizes).
+    """
+    if not nbytes > CHECK_ABOVE and limit is None:
+        return
+    source = "given"
+    if limit is None:
+        limit = library_limit()
+        if limit is None:
+            return
+        source = (f"set by ${LIMIT_ENV}" if os.environ.get(LIMIT_ENV, "").strip()
+                  else f"{LIBRARY_FRACTION:.0%} of the memory available now")
+    if nbytes > limit:
+        raise FootprintError(
+            f"{what} would need about {format_bytes(nbytes)} of memory ({argument}), more than the limit of "
+            f"{format_bytes(limit)} ({source}); reduce {argument.split('=')[0]}, or raise the limit with "
+            f"{LIMIT_ENV} (e.g. {LIMIT_ENV}=64G, or off)",
+            nbytes, limit, argument)

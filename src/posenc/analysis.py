@@ -32,7 +32,8 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
-from posenc.encodings.registry import create_encoding, encoding_class
+from posenc._resources import analysis_bytes, check_footprint, embedding_bytes, suggest_bytes
+from posenc.encodings.registry import create_encoding, encoding_class, encoding_footprint
 from posenc.positions import grid_1d
 
 __all__ = [
@@ -84,6 +85,12 @@ def _as_encoding(encoding: Any, kwargs: dict) -> torch.nn.Module:
     return encoding
 
 
+def _check_analysis(estimate, num_points: int, enc: Any, what: str, argument: str = "num_points") -> None:
+    out_dim = int(getattr(enc, "out_dim", 0) or 0)
+    check_footprint(estimate(num_points, out_dim), f"{argument}={num_points}",
+                    f"{what} of {num_points:,} points x {out_dim:,} features")
+
+
 def _domain(enc: torch.nn.Module) -> tuple[float, float]:
     return tuple(getattr(enc, "domain", (0.0, 1.0)))  # type: ignore[return-value]
 
@@ -98,11 +105,15 @@ def embedding_matrix(encoding: Any, num_points: int, **kwargs: Any) -> torch.Ten
 
     Returns:
         ``Psi`` of shape ``(N, out_dim)`` in float64.
+
+    Refused before anything is allocated when ``N x out_dim`` exceeds the memory limit
+    (:func:`posenc._resources.check_footprint`; the CLI's estimate).
     """
     enc = _as_encoding(encoding, kwargs)
     check_positive_int("num_points", num_points)
     if enc.in_dim != 1:
         raise ValueError(f"encoding must have in_dim=1 for this analysis, got in_dim={enc.in_dim}")
+    _check_analysis(embedding_bytes, num_points, enc, "embedding_matrix")
     x = grid_1d(num_points, _domain(enc), dtype=torch.float64)
     with torch.no_grad():
         return enc(x).to(torch.float64)
@@ -125,6 +136,8 @@ def similarity_profile(
     enc = _as_encoding(encoding, kwargs)
     if not 0.0 <= float(centre) <= 1.0:
         raise ValueError(f"centre must be a fraction of the domain in [0, 1], got {centre}")
+    check_positive_int("num_points", num_points)
+    _check_analysis(analysis_bytes, num_points, enc, "similarity_profile")
     psi = embedding_matrix(enc, num_points)
     norms = psi.norm(dim=1, keepdim=True)
     if bool((norms == 0).any()):
@@ -345,6 +358,9 @@ def suggest_bandwidth(
     """
     check_positive_int("num_samples", num_samples, minimum=2)
     param = _width_param(encoding)
+    out_dim = encoding_footprint(encoding, **kwargs).out_dim  # from the arguments alone, as the CLI
+    check_footprint(suggest_bytes(num_samples, out_dim), f"num_samples={num_samples}",
+                    f"suggest_bandwidth of {num_samples:,} samples x {out_dim:,} features")
     smooth = encoding_class(encoding).width_increases_smoothness
 
     def measures(v: float) -> tuple[float, float]:

@@ -835,6 +835,10 @@ def analyze_cmd(
     _emit(_run(go), as_json, "analyze")
 
 
+#: Upper bounds of the counts ``posenc search`` multiplies (cells x edges x ops, steps x batches, ...).
+_SEARCH_MAX = {"cells": 1000, "steps": 10**6, "proj_intv": 1000, "finetune_epochs": 1000}
+
+
 @app.command("search")
 def search_cmd(
     space: Annotated[str, typer.Option(help="Search space: nb201-micro | nb201 | darts | s1 | s2 | s3 | s4 | pe.")] = "nb201-micro",
@@ -846,6 +850,7 @@ def search_cmd(
     finetune_epochs: Annotated[Optional[float], typer.Option(help="Instead: this many tuning epochs after every PT decision (0: none).")] = None,
     criterion: Annotated[str, typer.Option(help="PT criterion: accuracy (the authors') | loss.")] = "accuracy",
     threads: Annotated[int, typer.Option(help="torch threads (1 is fastest for these tiny models).")] = 1,
+    max_memory: MaxMemoryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search an architecture on 8x8 digits: train a supernet, select (DARTS-PT or magnitude)."""
@@ -865,22 +870,29 @@ def search_cmd(
             run_search,
         )
 
+        from posenc._resources import check_budget
+        from posenc.search.spaces import space_bytes
+
         if space not in SPACES:
             raise CliError(f"--space must be one of {', '.join(SPACES)}, got {space!r}")
-        if cells is not None and cells < 1:
-            raise CliError(f"--cells must be >= 1, got {cells}")
+        if cells is not None and not 1 <= cells <= _SEARCH_MAX["cells"]:
+            raise CliError(f"--cells must be in [1, {_SEARCH_MAX['cells']}], got {cells}")
         if cells is not None and space not in CONV_SPACES:
             raise CliError(f"--cells applies to the convolutional spaces ({', '.join(CONV_SPACES)}), not {space!r}")
         if selector not in SELECTORS:
             raise CliError(f"--selector must be one of {', '.join(SELECTORS)}, got {selector!r}")
         if criterion not in CRITERIA:
             raise CliError(f"--criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
-        if steps < 0:
-            raise CliError(f"--steps must be >= 0, got {steps}")
-        if proj_intv < 1:
-            raise CliError(f"--proj-intv must be >= 1, got {proj_intv}")
-        if finetune_epochs is not None and not finetune_epochs >= 0:
-            raise CliError(f"--finetune-epochs must be >= 0, got {finetune_epochs}")
+        if not 0 <= steps <= _SEARCH_MAX["steps"]:
+            raise CliError(f"--steps must be in [0, {_SEARCH_MAX['steps']:,}], got {steps}")
+        if not 1 <= proj_intv <= _SEARCH_MAX["proj_intv"]:
+            raise CliError(f"--proj-intv must be in [1, {_SEARCH_MAX['proj_intv']}], got {proj_intv}")
+        if finetune_epochs is not None and not 0 <= finetune_epochs <= _SEARCH_MAX["finetune_epochs"]:
+            raise CliError(f"--finetune-epochs must be in [0, {_SEARCH_MAX['finetune_epochs']}], got {finetune_epochs}")
+        if not 0 <= seed <= 2**63 - 1:
+            raise CliError(f"--seed must be in [0, 2**63 - 1], got {seed}")
+        check_budget(space_bytes(space, cells), _memory_limit(max_memory),
+                     f"search --space {space}" + (f" --cells {cells}" if cells is not None else ""), "--cells")
         _set_threads(threads)
         data = digits_splits(seed=0)
         torch.manual_seed(seed)
@@ -944,6 +956,9 @@ def reproduce_cmd(
     from posenc.report.runner import JobsFailed
 
     def go() -> dict:
+        from posenc.report.provenance import pin_numerics
+
+        pin_numerics()  # before this process computes anything: jobs run inline with --workers 1
         import torch
 
         from posenc.report.executors import available_cores, default_threads

@@ -37,10 +37,13 @@ documented layout everywhere.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_int, check_tensor
+from posenc._resources import check_footprint
 from posenc.encodings.learnable import LearnedTableEncoding
 
 __all__ = [
@@ -147,6 +150,9 @@ def pos_embed_from_encoding(
     if isinstance(encoding, LearnedTableEncoding):
         rows = encoding.table((h, w))
     else:
+        out_dim = int(getattr(encoding, "out_dim", 0) or 0)
+        check_footprint(float(h) * w * (2 * 8.0 + 2 * 4.0 * out_dim), f"grid_size={(h, w)}",
+                        f"the encoding of {h * w:,} patches x {out_dim:,} features")
         ref = next(iter(encoding.parameters()), None)
         if ref is None:
             ref = next(iter(encoding.buffers()), None)
@@ -303,7 +309,10 @@ def set_pos_encoding(model: nn.Module, encoding: nn.Module, *, positions: str = 
       evaluated on that grid, never resampled);
     * the prefix tokens (class and register tokens) keep the position rows they had in
       ``pos_embed``, as a trainable ``(1, P, D)`` parameter, or get none when the model
-      was built with ``no_embed_class=True`` (timm's layout).
+      was built with ``no_embed_class=True`` (timm's layout);
+    * the model still saves and loads whole (``torch.save(model)``, then
+      ``torch.load(path, weights_only=False)``) and deep-copies, and its state dict loads
+      into a model given the same encoding.
 
     Args:
         model: a timm ``VisionTransformer`` (``pos_embed``, ``patch_embed.grid_size``,
@@ -341,7 +350,11 @@ def set_pos_encoding(model: nn.Module, encoding: nn.Module, *, positions: str = 
     hook.to(device=pe.device)
     model.posenc_pos_embed = hook
     model.pos_embed = None
-    model._pos_embed = _timm_pos_embed.__get__(model)  # this instance only
+    # This instance only. A partial of a module-level function, not a bound method: pickle
+    # stores it by reference to posenc.interop._timm_pos_embed, so torch.save(model) /
+    # torch.load and copy.deepcopy work (a bound method is pickled as getattr(model,
+    # '_timm_pos_embed'), which the loaded model does not have).
+    model._pos_embed = functools.partial(_timm_pos_embed, model)
     return hook
 
 

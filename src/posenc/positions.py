@@ -21,6 +21,7 @@ import torch
 from posenc._checks import (
     WIDTH_MAX,
     _compiling,
+    all_finite,
     check_domain,
     check_has_data,
     check_finite,
@@ -28,6 +29,19 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
+from posenc._resources import check_footprint
+
+__all__ = [
+    "LIMIT_MAX",
+    "SCALING_DISTRIBUTIONS",
+    "cape_augment",
+    "grid",
+    "grid_1d",
+    "grid_cell",
+    "grid_spacing",
+    "index_grid",
+    "subsample_mask",
+]
 
 
 def grid_1d(
@@ -70,6 +84,8 @@ def grid(
     sizes = [check_positive_int(f"shape[{k}]", n) for k, n in enumerate(shape)]
     low, high = check_domain("domain", domain)
     dtype = dtype or torch.get_default_dtype()
+    # the float64 stack and its cast (the axes and the meshgrid's views are small)
+    _check_grid(sizes, 8 + getattr(dtype, "itemsize", 8))
     axes = []
     for n in sizes:
         if endpoint:
@@ -80,6 +96,13 @@ def grid(
     return torch.stack(mesh, dim=-1).to(dtype)
 
 
+def _check_grid(sizes: list[int], bytes_per_coordinate: int) -> None:
+    """Refuse a grid of ``prod(sizes)`` points beyond the memory limit (before anything is allocated)."""
+    points = math.prod(float(n) for n in sizes)
+    check_footprint(points * len(sizes) * bytes_per_coordinate, f"shape={tuple(sizes)}",
+                    f"a grid of {points:.4g} points")
+
+
 def index_grid(
     shape: Sequence[int], device: torch.device | str | None = None, dtype: torch.dtype = torch.long
 ) -> torch.Tensor:
@@ -87,6 +110,7 @@ def index_grid(
     if isinstance(shape, int) or not isinstance(shape, Sequence) or len(shape) == 0:
         raise TypeError(f"shape must be a non-empty sequence of ints, got {shape!r}")
     sizes = [check_positive_int(f"shape[{k}]", n) for k, n in enumerate(shape)]
+    _check_grid(sizes, getattr(dtype, "itemsize", 8))
     mesh = torch.meshgrid(*(torch.arange(n, device=device, dtype=dtype) for n in sizes), indexing="ij")
     return torch.stack(mesh, dim=-1)
 
@@ -334,7 +358,7 @@ def cape_augment_work(
         x = (x + delta + eps * step) * lam
     if keep is not None:
         x = torch.where(keep, x, positions.to(work_dtype))
-    if not _compiling() and not bool(torch.isfinite(x).all()):
+    if not _compiling() and not all_finite(x):
         raise ValueError(
             f"positions overflow {work_dtype} once augmented (largest |position| "
             f"{float(positions.detach().abs().max()):g}, max_global_shift={shift:g}, max_local_shift={local:g}, "

@@ -31,9 +31,10 @@ def authors_2d(n: int, num_features: int, uniforms=None) -> torch.Tensor:
     """An independent float64 transcription of the authors' SinusoidalPositionEmbedding2D (flashlight, `cape`
     branch) for an n x n patch grid, without the CLS token: ``(n * n, F)`` in the authors' token order.
 
-    Their ViT flattens the patch embedding (H x W) with the height index fastest, so their x (fastest) is
-    the row coordinate and y the column. Where D/2 is odd they emit D + 1 features (D/2 + 1 sines, D/2
-    cosines). ``uniforms = (u_shift (2,), u_local (n * n, 2), u_scale)`` replays their training-mode
+    Their ViT flattens the patch map with its first dimension fastest, and flashlight stores images width
+    first (W x H x C), so that dimension is the image's width: their x (fastest) is the column coordinate
+    and y the row, and their token order is posenc's row-major one. Where D/2 is odd they emit D + 1
+    features (D/2 + 1 sines, D/2 cosines). ``uniforms = (u_shift (2,), u_local (n * n, 2), u_scale)`` replays their training-mode
     draws (randu: global shift, local shift, shrink), else evaluation mode.
     """
     half = num_features // 2
@@ -60,10 +61,11 @@ def authors_2d(n: int, num_features: int, uniforms=None) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64)
 
 
-def authors_order(n: int) -> torch.Tensor:
-    """Index of posenc's row-major token (r, c) in the authors' order (row fastest): t = r + n * c."""
+def authors_order(n: int, transposed: bool = False) -> torch.Tensor:
+    """Index of posenc's row-major token (r, c) in the authors' order: t = c + n * r (their first dimension,
+    the width, fastest), or t = r + n * c when their first dimension is read as the height (transposed)."""
     r, c = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
-    return (r + n * c).reshape(-1)
+    return (r + n * c if transposed else c + n * r).reshape(-1)
 
 
 def drop_extra_sine(feats: torch.Tensor, num_features: int) -> torch.Tensor:
@@ -87,6 +89,29 @@ def test_2d_matches_the_authors_code_on_their_grid(n, num_features):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("num_features", [6, 18, 32])
+@pytest.mark.parametrize("n", [3, 5])
+def test_2d_authors_transposed_gives_cos_k_to_the_rows(n, num_features):
+    # the earlier default: the authors' formula with their first dimension read as the height
+    enc = CAPEEncoding(in_dim=2, num_features=num_features, convention="authors_transposed").eval()
+    pos = patch_positions(n, n, "continuous", endpoint=True, dtype=torch.float64)
+    want = drop_extra_sine(authors_2d(n, num_features), num_features)[authors_order(n, transposed=True)]
+    torch.testing.assert_close(enc(pos), want, rtol=0, atol=1e-12)
+    default = CAPEEncoding(in_dim=2, num_features=num_features).eval()(pos)
+    assert (default - enc(pos)).abs().max() > 0.5  # the axis matters on a real image
+    # exchanging rows and columns of the positions maps one convention onto the other
+    torch.testing.assert_close(default, enc(pos.flip(-1)), rtol=0, atol=1e-12)
+    assert enc.grid_endpoint and enc.min_global_scaling == 0.7 and enc.scaling_distribution == "uniform"
+
+
+def test_2d_seed_beyond_a_generator_seed_is_refused_at_construction():
+    CAPEEncoding(in_dim=2, num_features=8, seed=2**64 - 1)
+    with pytest.raises(ValueError, match="seed must be at most 2\\*\\*64 - 1"):
+        CAPEEncoding(in_dim=2, num_features=8, seed=2**64)
+    with pytest.raises(ValueError, match="seed"):
+        CAPEEncoding(in_dim=1, num_features=8).reset_generator(2**70)
+
+
 @pytest.mark.parametrize("num_features", [16, 18])
 def test_2d_training_matches_the_authors_code_on_the_same_draws(num_features):
     # the same uniforms, fed to their formula and drawn by posenc in its documented order
@@ -102,8 +127,9 @@ def test_2d_training_matches_the_authors_code_on_the_same_draws(num_features):
     order = authors_order(n)
     for b in range(batch):
         local = torch.empty_like(u_local[b])
-        local[order] = u_local[b]  # posenc's token (r, c) is their token r + n c
-        theirs = authors_2d(n, num_features, (u_shift[b, 0], local, u_scale[b, 0, 0]))
+        local[order] = u_local[b]  # posenc's token (r, c) is their token c + n r
+        # posenc draws (row, col) pairs; their x is the column: the same draws with the axes exchanged
+        theirs = authors_2d(n, num_features, (u_shift[b, 0].flip(-1), local.flip(-1), u_scale[b, 0, 0]))
         torch.testing.assert_close(got[b], drop_extra_sine(theirs, num_features)[order], rtol=0, atol=1e-12)
 
 
@@ -124,7 +150,8 @@ def test_2d_channels_mix_both_axes_unlike_the_per_axis_split():
     k = torch.arange(1, 33, dtype=torch.float64)
     rho = 10 ** (2 * k / 64)
     torch.testing.assert_close(w.norm(dim=0), math.pi * rho)  # |w_k| = pi rho_k, k = 1..D/2
-    torch.testing.assert_close(torch.atan2(w[1], w[0]), torch.atan2(torch.sin(k), torch.cos(k)))  # angle k from rows
+    # angle k measured from the columns (the image's width): w_col = rho cos k, w_row = rho sin k
+    torch.testing.assert_close(torch.atan2(w[0], w[1]), torch.atan2(torch.sin(k), torch.cos(k)))
     # the per-axis split has every channel along one axis; CAPE's are not
     assert bool(((w[0].abs() > 1e-3) & (w[1].abs() > 1e-3)).sum() > 28)
     # and the embedding of (y, x) differs from that of (x, y)

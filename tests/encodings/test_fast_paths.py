@@ -201,3 +201,21 @@ def test_lff_module_gradients_match_the_plain_formula():
     ref.square().sum().backward()
     for got, want in zip(grads, [x.grad] + [p.grad for p in enc.parameters()]):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("write", ["data_copy", "numpy_view", "set_data"])
+def test_circulant_table_follows_writes_to_its_generator(write):
+    # the gathered F x F table is cached: a write to generator_vector (even through .data) must be seen
+    enc = create_encoding("random", num_features=16, seed=0)
+    x = torch.rand(7, 1, generator=GEN)
+    enc(x)  # fills the table
+    new = torch.randn(16, generator=GEN)
+    if write == "data_copy":
+        enc.generator_vector.data.copy_(new)
+    elif write == "numpy_view":
+        enc.generator_vector.numpy()[:] = new.numpy()
+    else:
+        enc.generator_vector.data = new
+    fresh = create_encoding("random", num_features=16, seed=0)
+    fresh.generator_vector.copy_(new)
+    assert torch.equal(enc(x), fresh(x))

@@ -94,7 +94,7 @@ def test_variants_are_the_papers_settings():
     pos = torch.rand(2, 9, 2) * 2 - 1
     enc["sine"].eval(), cape.eval()
     torch.testing.assert_close(enc["sine"](pos), cape(pos))  # same features, the augmentation aside
-    assert enc["table"].grid_size == (8, 8)
+    assert enc["table"].grid_size == (4, 4)  # 16 px in 4 x 4-pixel patches
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -205,17 +205,29 @@ def test_summary_claims_from_paired_converged_seeds():
     assert c["task_needs_position"]["verdict"] == "holds" and c["task_needs_position"]["n"] == 5
     assert c["cape_matches_sine_at_train_res"]["verdict"] == "holds"
     deg = c["cape_degrades_less_than_sine"]
-    # every seed is paired at the equal budget; the run that had not converged is named
-    assert deg["verdict"] == "holds" and deg["n"] == 5 and deg["not_converged"] == {"cape": [4]}
-    assert "cape on 1 of 5 seeds" in deg["note"]
-    assert deg["diffs"] == pytest.approx([(0.8 + 0.01 * s + 0.9) / 2 - (0.5 + 0.02 * s + 0.4) / 2 for s in range(5)])
+    # the convergence gate: seed 4's CAPE run had not converged, so that pair is left out and named
+    assert deg["verdict"] == "holds" and deg["n"] == 4 and deg["not_converged"] == {"cape": [4]}
+    assert deg["gate"]["unconverged_runs"] == ["method:4"] and deg["seeds"] == [0, 1, 2, 3]
+    assert deg["diffs"] == pytest.approx([(0.8 + 0.01 * s + 0.9) / 2 - (0.5 + 0.02 * s + 0.4) / 2 for s in range(4)])
     assert "note" not in c["task_needs_position"]
     assert deg["detectable"] == pytest.approx(detectable_difference(deg["diffs"]))
+    # Holm over the section's claims, next to each verdict
+    assert all(v["holm_family"] == 4 and "holm_verdict" in v for v in c.values())
     assert c["cape_beats_table_away"]["verdict"] == "contradicted"
     row = out["table"]["cape"]
     assert row["converged"] == 4 and row["seeds"] == 5 and row["not_converged"] == [4]
     assert out["seeds"] == 5 and out["train_res"] == 16 and out["lr"] is None and out["cpu_seconds"] == 40.0
     assert sum(out["verdicts"].values()) == len(c)
+
+
+def test_no_verdict_on_fewer_than_three_converged_pairs():
+    res = {}
+    for s in range(4):
+        res[f"a{s}"] = _fake("cape", s, {"12": 0.8, "16": 0.97 + 0.001 * s, "32": 0.9}, conv=s == 0)
+        res[f"b{s}"] = _fake("sine", s, {"12": 0.5, "16": 0.5 + 0.01 * s, "32": 0.4})
+    c = summarize(res)["claims"]
+    for name in ("cape_matches_sine_at_train_res", "cape_degrades_less_than_sine"):
+        assert c[name]["verdict"] == "not decided" and "3 of 8 runs had not converged" in c[name]["note"], name
 
 
 def test_claims_cover_the_papers_comparisons():

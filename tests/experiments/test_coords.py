@@ -58,7 +58,12 @@ def test_summary_claims_and_render(tmp_path):
     json.dumps(summary)
     assert {"gaussian_vs_rff_lstsq", "impulse_memorises_lstsq", "best_sigma_where_theory_puts_it"} <= set(summary["claims"])
     claim = summary["claims"]["gaussian_vs_rff_lstsq"]
-    assert claim["holds"] == (claim["difference_db"] >= -0.1)
+    # paired per (seed, signal): the same signals of the two fits, one difference each
+    g = {k: v["test_psnr"] for k, v in results["table-gaussian-lstsq-s0"]["signals"].items()}
+    r = {k: v["test_psnr"] for k, v in results["table-rff-lstsq-s0"]["signals"].items()}
+    assert claim["diffs"] == pytest.approx([g[k] - r[k] for k in sorted(g)])
+    assert claim["n"] == len(g) >= 3 and claim["verdict"] in ("holds", "not confirmed at this scale", "contradicted")
+    assert "holm_verdict" in claim and "holm_verdict" in summary["claims"]["impulse_memorises_lstsq"]
     saved = []
 
     def save(name, fig):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from posenc.experiments.gir import MODELS, GIRConfig, plan, run_gir, summarize
+from posenc.experiments.gir import MODELS, TIE_TOL, GIRConfig, plan, run_gir, summarize
 from posenc.report.registry import get_section
 
 
@@ -32,7 +32,7 @@ def test_bad_model_and_task():
 def test_plans():
     quick = plan("quick")
     assert len({j.key for j in quick}) == len(quick) >= 12
-    assert {j.config.seed for j in quick} == {0, 1}
+    assert {j.config.seed for j in quick} == {0, 1, 2}
     full = plan("full")
     assert all(j.config.epochs == 2001 for j in full)
     assert {j.config.model for j in full} == set(MODELS)
@@ -40,31 +40,42 @@ def test_plans():
         plan("huge")
 
 
-def _fake(task, model, seed, auc):
+def _fake(task, model, seed, auc, rising=False):
+    # a validation curve that has flattened (or is still rising by 0.05 per evaluation)
+    curve = [[e, auc - (0.05 * (10 - e) if rising else 0.0), auc] for e in range(11)]
     return {"task": task, "transductive": False, "model": model, "seed": seed, "val_auc": auc,
-            "test_auc": auc, "seconds": 1.0, "epochs": 10, "curve": [[0, 0.5, auc]]}
+            "test_auc": auc, "seconds": 1.0, "epochs": 10, "curve": curve}
 
 
-def test_summarize_claims_and_render():
+def test_summarize_claims_as_paired_differences_and_render():
     results = {}
-    for s in range(2):
+    for s in range(3):
         for model, auc in (("gcn", 0.5), ("pgnn-e", 0.9), ("gir", 0.95), ("gcn+gir", 0.93)):
-            results[f"{model}.{s}"] = _fake("grid-link", model, s, auc + 0.01 * s)
+            results[f"{model}.{s}"] = _fake("grid-link", model, s, auc + 0.01 * s + 0.002 * s * s)
     summ = summarize(results)
     row = summ["table"]["grid-link-I"]
-    assert row["gir"]["mean"] == pytest.approx(0.955) and row["gir"]["n"] == 2
-    assert summ["verdicts"] == {"gir_ge_pgnn": True, "gir_far_above_gnn": True, "fusion_helps": True}
-    assert summ["claims"]["fusion_helps"]["grid-link-I.gcn"]["beats_both"] is False  # 0.935 < GIR 0.955
-    results["gir.0"] = _fake("grid-link", "gir", 0, 0.6)
-    results["gir.1"] = _fake("grid-link", "gir", 1, 0.6)
-    assert summarize(results)["verdicts"]["gir_ge_pgnn"] is False
-    results["gir.0"] = _fake("grid-link", "gir", 0, 0.898)  # 0.004 below P-GNN's 0.905: a tie
-    results["gir.1"] = _fake("grid-link", "gir", 1, 0.904)
-    tie = summarize(results)["claims"]["gir_ge_pgnn"]["grid-link-I"]
-    assert tie["holds"] is True and tie["strict"] is False
+    assert row["gir"]["n"] == 3 and summ["not_converged"] == []
+    c = summ["claims"]
+    ge = c["gir_ge_pgnn"]["comparisons"][0]
+    assert ge["verdict"] == "holds" and ge["n"] == 3 and ge["baseline"] == "pgnn-e"
+    assert ge["diffs"] == pytest.approx([0.05 + TIE_TOL] * 3)
+    assert c["gir_far_above_gnn"]["verdict"] == "holds" and c["fusion_helps"]["verdict"] == "holds"
+    assert all("holm_verdict" in x for claim in c.values() for x in claim["comparisons"])
+    for s in range(3):  # GIR below P-GNN on every seed: contradicted, paired
+        results[f"gir.{s}"] = _fake("grid-link", "gir", s, 0.6 + 0.01 * s)
+    assert summarize(results)["claims"]["gir_ge_pgnn"]["verdict"] == "contradicted"
+    for s in range(3):  # 0.004 below P-GNN's: within the tie tolerance, not "below"
+        results[f"gir.{s}"] = _fake("grid-link", "gir", s, 0.896 + 0.01 * s + 0.002 * s * s + 0.0001 * s)
+    assert summarize(results)["claims"]["gir_ge_pgnn"]["verdict"] == "holds"
+    for s in range(2):  # P-GNN still learning on two seeds: one converged pair, no verdict
+        results[f"pgnn-e.{s}"] = _fake("grid-link", "pgnn-e", s, 0.9, rising=True)
+    gated = summarize(results)
+    assert gated["claims"]["gir_ge_pgnn"]["comparisons"][0]["verdict"] == "not decided"
+    assert gated["not_converged"] == ["grid-link-I.pgnn-e.s0", "grid-link-I.pgnn-e.s1"]
     saved = []
-    md = get_section("gir").render(summ, lambda name, fig: saved.append(name) or f"gir_{name}.png")
-    assert "GIR (path)" in md and "confirmed" in md and saved == ["curves"]
+    md = get_section("gir").render(gated, lambda name, fig: saved.append(name) or f"gir_{name}.png")
+    assert "GIR (path)" in md and "not decided" in md and "Holm" in md and "Not converged" in md
+    assert saved == ["curves"]
 
 
 def test_import_posenc_does_not_import_graph():

@@ -127,3 +127,24 @@ def test_speed_records_cpu_time_and_load_and_the_claim_reads_cpu_time(results):
     assert not quad["claims"]["fft_grows_subquadratically"]["holds"]
     md = get_section("krpe").render(loaded, lambda name, fig: f"{name}.png")
     assert "CPU-time ratio of the FFT path to the FFT floor" in md and "FFT floor (s)" not in md  # no wall-time floor column
+
+
+def test_training_claims_are_paired_gated_and_holm_adjusted():
+    def run(variant, seed, acc, losses=None, diverged=False):
+        return {"task": "copy", "variant": variant, "seed": seed, "accuracy": acc, "final_loss": 0.1,
+                "losses": losses or [2.0] * 10 + [0.5] * 30, "diverged": diverged, "spikes": 0, "max_grad_norm": 1.0,
+                "seconds": 1.0}
+
+    res = {}
+    for s in range(3):
+        res[f"train-copy-norm_rpe-s{s}"] = run("norm_rpe", s, 0.95 + 0.01 * s)
+        res[f"train-copy-norm_nope-s{s}"] = run("norm_nope", s, 0.40 + 0.02 * s)
+        res[f"train-copy-softmax_rpe-s{s}"] = run("softmax_rpe", s, 0.97, losses=[2.0 - 0.05 * i for i in range(40)])
+    c = exp.summarize(res)["claims"]
+    nope = c["copy_rpe_beats_nope"]
+    assert nope["verdict"] == "holds" and nope["n"] == 3
+    assert nope["diffs"] == pytest.approx([0.95 + 0.01 * s - (0.40 + 0.02 * s + exp.MARGIN) for s in range(3)])
+    assert "holm_verdict" in nope
+    soft = c["copy_norm_rpe_close_to_softmax"]  # softmax's loss was still falling on every seed: no verdict
+    assert soft["verdict"] == "not decided" and soft["n"] == 0
+    assert exp.summarize(res)["not_converged"] == [f"train-copy-softmax_rpe-s{s}" for s in range(3)]

@@ -267,11 +267,11 @@ def test_convergence_gate_drops_unconverged_runs_from_every_claim(tmp_path):
     md = render(summary, _save(tmp_path, []))
     assert "Not converged (digits, 2): `digits.sine2d.s3`, `digits.lff_mlp.s1`." in md
     assert "| 1, 3 |" in md
-    # with every seed of a pair gated out the claim is not confirmed, with no interval
+    # with every seed of a pair gated out the claim is not decided, with no interval
     for seed in range(5):
         results[f"digits.lff_mlp.s{seed}"] = _fake("digits", "lff_mlp", seed, 0.9, converged=False)
     d = lff.summarize(results)["claims"]["digits_final"]["vs"]["table2d"]
-    assert d["n"] == 0 and d["verdict"] == "not confirmed at this scale" and d["detectable"] is None
+    assert d["n"] == 0 and d["verdict"] == "not decided" and d["detectable"] is None and "not converged" in d["note"]
     assert "no converged pair" in render(lff.summarize(results), _save(tmp_path, []))
 
 

@@ -7,7 +7,6 @@ import torch
 
 from posenc.experiments import search as exp
 from posenc.experiments.search import (
-    PILOT,
     SEP,
     GroundTruthConfig,
     RetrainConfig,
@@ -15,22 +14,20 @@ from posenc.experiments.search import (
     arch_choices,
     arch_key,
     compare,
-    detectable,
     digits_splits,
     ground_truth,
     percentile,
-    pilot_design,
     plan,
     plateaued,
     run_ground_truth,
     run_supernet,
-    seeds_for,
     share,
     significance,
     space_archs,
     summarize,
+    tied_with_best,
 )
-from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED
+from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED, NOT_DECIDED, detectable_difference
 from posenc.report.registry import get_section
 
 TINY = dict(channels=4, epochs=2, checkpoints=(1, 2), proj_intv=1, retrain=RetrainConfig(epochs=1), subset=96)
@@ -87,35 +84,6 @@ def test_significance_matches_scipy_and_handles_degenerate_cases():
     assert significance([0.2, 0.2, 0.2])["t_p"] == 0.0
 
 
-def test_detectable_difference_has_the_stated_power():
-    # a Monte Carlo check of the closed form: at the detectable difference, a paired t-test at 5 %
-    # rejects about 80 % of the time
-    from scipy import stats
-
-    n, sd = 8, 0.1
-    delta = detectable(sd, n)
-    d = delta + sd * torch.randn(20000, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    tstat = d.mean(1) / (d.std(1) / math.sqrt(n))
-    reject = float((tstat.abs() > stats.t.ppf(0.975, n - 1)).double().mean())
-    assert abs(reject - 0.8) < 0.02
-    assert detectable(sd, 1) is None and detectable(0.0, 5) == 0.0
-    assert seeds_for(0.167, 0.085) is not None and detectable(0.085, seeds_for(0.167, 0.085)) <= 0.167
-    assert detectable(0.085, seeds_for(0.167, 0.085) - 1) > 0.167
-    with pytest.raises(ValueError, match="effect"):
-        seeds_for(0.0, 0.1)
-
-
-def test_pilot_design_reads_the_pilot_interval():
-    d = pilot_design(8)
-    # the pilot's interval [+0.03, +0.30] over 4 seeds is a t interval: its spread is recovered
-    from scipy.stats import t
-
-    half = d["pilot_sd"] / math.sqrt(PILOT["n"]) * t.ppf(0.975, PILOT["n"] - 1)
-    assert half == pytest.approx((PILOT["high"] - PILOT["low"]) / 2)
-    assert d["pilot_would_hold"] and d["detectable"] < PILOT["mean"]
-    assert not pilot_design(2)["pilot_would_hold"]
-
-
 def test_arch_keys_round_trip():
     edges = ["a", "b", "c"]
     key = arch_key({"a": "skip", "c": "conv3x3"}, edges, pruned=["b"])
@@ -134,9 +102,11 @@ def test_plateaued():
 
 def test_compare_needs_three_pairs_and_states_what_it_detects():
     c = compare({0: 0.9, 1: 0.9}, {0: 0.5, 1: 0.5})
-    assert c["verdict"] == NOT_CONFIRMED and "seeds" in c["note"]
+    assert c["verdict"] == NOT_DECIDED and "seeds" in c["note"]
     c = compare({0: 0.9, 1: 0.8, 2: 0.95}, {0: 0.5, 1: 0.5, 2: 0.5})
-    assert c["verdict"] == HOLDS and c["detectable"] == pytest.approx(detectable(c["sd"], 3))
+    assert c["verdict"] == HOLDS and c["detectable"] == pytest.approx(detectable_difference(c["diffs"]))
+    gated = compare({0: 0.9, 1: 0.8, 2: 0.95}, {0: 0.5, 1: 0.5, 2: 0.5}, converged={0: True, 1: True, 2: False})
+    assert gated["verdict"] == NOT_DECIDED and "had not converged" in gated["note"]
 
 
 # ------------------------------------------------------------------ tiny runs of every job kind
@@ -170,7 +140,14 @@ def test_run_supernet_on_a_darts_space():
     assert len(r["edges"]) == 10 and len(r["pt_pruned"]) == 2
     for k in ("pt", "magnitude"):
         parts = r["picks"][k].split(SEP)
-        assert parts.count("-") == 2 and "none" not in parts  # DARTS's genotype never keeps 'none'
+        assert parts.count("-") == 2
+    assert "none" not in r["picks"]["magnitude"].split(SEP)  # DARTS's genotype never keeps 'none'
+    # PT keeps 'none' only where the authors' project_op does: no other op's removal lowers the accuracy
+    for d in r["pt_decisions"]:
+        if d["chosen"] == "none":
+            assert min(v for op, v in d["scores"].items() if op != "none") >= d["base"]
+    never = run_supernet(SupernetConfig(space="s3", ops=None, num_nodes=2, keep_none=False, **TINY))
+    assert "none" not in never["picks"]["pt"].split(SEP)
 
 
 def test_run_ground_truth_and_bad_input():
@@ -200,13 +177,18 @@ def test_plan_shapes_and_order():
         assert len(keys) == len(set(keys))
         assert all(set(k) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=") for k in keys)
     assert sum(j.key.startswith("super.nb201.darts") for j in quick) == 8
-    gt = [a for j in quick if j.key.startswith("gt.") for a in j.config.archs]
-    assert sorted(gt) == sorted(space_archs(exp.QUICK["nb201"].supernet)[1]) and len(gt) == 8
+    gt = [(j.config.seed, a) for j in quick if j.key.startswith("gt.") for a in j.config.archs]
+    every = space_archs(exp.QUICK["nb201"].supernet)[1]
+    assert sorted(gt) == sorted((s, a) for s in range(4) for a in every)  # every architecture on 4 seeds
+    # the ground truth scores the picks: the quick supernets do not retrain them
+    assert all(j.config.retrain.epochs == 0 for j in quick if j.key.startswith("super."))
+    assert all(j.config.retrain.epochs == 15 for j in quick if j.key.startswith("gt."))
     assert {j.key.split(".")[1] for j in full if j.key.startswith("super.")} == {"nb201", "s1", "s2", "s3", "s4"}
     keys = [j.key for j in full]
     # the cheap NB201 space first (its ground truth included), then the DARTS spaces seed-major
-    assert keys[:2] == ["super.nb201.darts.s0", "super.nb201.fixed.s0"] and keys[26].startswith("gt.nb201.")
-    assert keys[27:35] == [f"super.{s}.{v}.s0" for s in ("s1", "s2", "s3", "s4") for v in ("darts", "fixed")]
+    assert keys[:2] == ["super.nb201.darts.s0", "super.nb201.fixed.s0"] and keys[24:28] == [
+        f"gt.nb201.b0.s{g}" for g in range(4)]
+    assert keys[28:36] == [f"super.{s}.{v}.s0" for s in ("s1", "s2", "s3", "s4") for v in ("darts", "fixed")]
     assert sum(k.startswith("super.") for k in [j.key for j in plan("quick", seeds=3)]) == 3
     with pytest.raises(ValueError, match="profile"):
         plan("medium")
@@ -219,9 +201,13 @@ def test_section_is_registered_with_an_honest_budget():
 
 # ------------------------------------------------------------------ summary and claims on synthetic results
 EDGES = ["e0", "e1", "e2"]
+CONV, SKIP, MID = "conv3x3|conv3x3|conv3x3", "skip|skip|conv3x3", "conv3x3|skip|conv3x3"
+#: stand-alone accuracy of each architecture on ground-truth training seeds 0-3 (SKIP3 never converges)
+GT = {CONV: [0.980, 0.975, 0.985, 0.978], MID: [0.976, 0.978, 0.981, 0.977], SKIP: [0.950, 0.955, 0.948, 0.952],
+      "skip|skip|skip": [0.50, 0.52, 0.49, 0.51]}
 
 
-def _super(seed, variant, mag_first, mag_last, pt, test):
+def _super(seed, variant, mag_first, mag_last, pt, converged=True):
     picks = {"pt_fixed" if variant == "fixed" else "pt": pt}
     mags = {}
     if variant == "darts":
@@ -229,28 +215,23 @@ def _super(seed, variant, mag_first, mag_last, pt, test):
         mags = {"5": {"arch": mag_first, "param_free": share(mag_first, exp.PARAM_FREE)},
                 "30": {"arch": mag_last, "param_free": share(mag_last, exp.PARAM_FREE)}}
     return {"kind": "super", "space": "nb201", "variant": variant, "seed": seed, "edges": EDGES,
-            "ops": {e: ["skip", "conv3x3"] for e in EDGES}, "converged": True, "val_acc": 0.95, "train_acc": 0.99,
-            "magnitude": mags, "picks": picks,
-            "retrained": {k: {"arch": a, "test_acc": test[a], "converged": True} for k, a in picks.items()}}
+            "ops": {e: ["skip", "conv3x3"] for e in EDGES}, "converged": converged, "val_acc": 0.95,
+            "train_acc": 0.99, "magnitude": mags, "picks": picks, "retrained": {k: None for k in picks}}
 
 
-def _synthetic(n=8):
-    conv, skip = "conv3x3|conv3x3|conv3x3", "skip|skip|conv3x3"
-    test = {conv: 0.98, skip: 0.95, "conv3x3|skip|conv3x3": 0.97}
+def _synthetic(n=8, gt_seeds=4):
     res = {}
     for s in range(n):
-        res[f"super.nb201.darts.s{s}"] = _super(s, "darts", conv, skip if s % 4 else "conv3x3|skip|conv3x3",
-                                                conv, test)
-        res[f"super.nb201.fixed.s{s}"] = _super(s, "fixed", None, None, "conv3x3|skip|conv3x3", test)
-    table = {a: v for a, v in test.items()}
-    table["skip|skip|skip"] = 0.5
-    res["gt.nb201.b0.s0"] = {"kind": "gt", "space": "nb201", "seed": 0, "edges": EDGES,
-                             "archs": [{"arch": a, "test_acc": v, "converged": True} for a, v in table.items()]}
-    return res, table
+        res[f"super.nb201.darts.s{s}"] = _super(s, "darts", CONV, SKIP if s % 4 else MID, CONV)
+        res[f"super.nb201.fixed.s{s}"] = _super(s, "fixed", None, None, MID)
+    for g in range(gt_seeds):
+        res[f"gt.nb201.b0.s{g}"] = {"kind": "gt", "space": "nb201", "seed": g, "edges": EDGES, "archs": [
+            {"arch": a, "test_acc": v[g], "converged": a != "skip|skip|skip"} for a, v in GT.items()]}
+    return res
 
 
 def test_summarize_claims_on_a_known_answer():
-    res, table = _synthetic()
+    res = _synthetic()
     s = summarize(res)
     part = s["spaces"]["nb201"]
     c = part["claims"]
@@ -258,28 +239,65 @@ def test_summarize_claims_on_a_known_answer():
     assert c["param_free_gap"]["verdict"] == HOLDS
     assert c["param_free_gap"]["mean"] == pytest.approx((6 * 2 / 3 + 2 * 1 / 3) / 8)
     assert c["magnitude_drift"]["verdict"] == HOLDS
-    assert c["pt_beats_magnitude"]["verdict"] == HOLDS and c["pt_beats_magnitude"]["test"]["wins"] == 8
-    assert c["pt_fixed_vs_pt"]["verdict"] == CONTRADICTED  # PT-fixed's pick is worse on every seed
-    assert c["pt_fixed_beats_magnitude"]["verdict"] == HOLDS
-    assert c["pt_beats_random"]["verdict"] == HOLDS
-    assert part["gt"]["best"] == "conv3x3|conv3x3|conv3x3" and part["gt"]["n_archs"] == 4
-    assert part["selectors"]["pt"]["optimum_hits"] == 8 and part["selectors"]["magnitude"]["optimum_hits"] == 0
+    # outcome from the ground truth: every supernet seed x every training seed
+    pt = c["pt_beats_magnitude"]
+    assert pt["rows"] == 8 and pt["columns"] == 4 and pt["verdict"] == HOLDS
+    want = statistics.fmean(statistics.fmean(GT[CONV][g] - GT[SKIP if s % 4 else MID][g] for g in range(4))
+                            for s in range(8))
+    assert pt["mean"] == pytest.approx(want)
+    # PT picks CONV on every seed: the interval still has the training seeds' spread
+    rnd = c["pt_beats_random"]
+    assert rnd["high"] - rnd["low"] > 0.002 and rnd["verdict"] == HOLDS
+    mean3 = [statistics.fmean(GT[a][g] for a in (CONV, MID, SKIP)) for g in range(4)]  # the unconverged one left out
+    assert rnd["mean"] == pytest.approx(statistics.fmean(GT[CONV][g] - mean3[g] for g in range(4)))
+    assert part["gt"]["unconverged_archs"] == ["skip|skip|skip"]
+    assert part["gt"]["random_test"] == pytest.approx(statistics.fmean(mean3))
+    # CONV and MID are within the training seeds' spread of each other: a tie, and both count as the optimum
+    assert part["gt"]["best"] == CONV and part["gt"]["tied"] == sorted([CONV, MID])
+    assert part["selectors"]["pt"]["optimum_hits"] == 8 and part["selectors"]["pt_fixed"]["optimum_hits"] == 8
+    assert part["selectors"]["magnitude"]["optimum_hits"] == 2
+    assert c["pt_fixed_vs_pt"]["verdict"] == NOT_CONFIRMED
     assert part["selectors"]["pt"]["gt_percentile"]["mean"] == 100.0
     assert part["magnitude_by_epoch"]["5"]["param_free"]["mean"] == 0.0
     assert s["claims"]["nb201.param_free_gap"] is c["param_free_gap"]
-    assert s["design"]["n"] == 8 and part["design"]["n"] == 8
+    # Holm over the space's claims, next to each verdict; the design is each claim's own
+    assert all("holm_verdict" in v and v["holm_family"] >= 1 for v in c.values())
+    assert s["design"]["nb201.param_free_gap"]["detectable"] == c["param_free_gap"]["detectable"]
     gt = ground_truth(res, "nb201")
-    assert gt["skip|skip|skip"]["percentile"] == 0.0
+    assert gt["skip|skip|skip"]["percentile"] == 0.0 and gt[CONV]["per_seed"] == {str(g): GT[CONV][g] for g in range(4)}
 
 
-def test_summarize_with_few_seeds_is_not_confirmed():
-    res, _ = _synthetic(n=2)
+def test_unconverged_supernets_and_picks_leave_the_claims():
+    res = _synthetic()
+    for s in range(6):
+        res[f"super.nb201.darts.s{s}"]["converged"] = False
     c = summarize(res)["spaces"]["nb201"]["claims"]
-    assert c["param_free_gap"]["verdict"] == NOT_CONFIRMED
-    assert summarize({}) == {"spaces": {}, "claims": {}, "design": None, "cpu_s": None, "jobs": 0}
+    assert c["param_free_gap"]["verdict"] == NOT_DECIDED and "2 converged pairs" in c["param_free_gap"]["note"]
+    res = _synthetic()
+    for s in range(7):
+        res[f"super.nb201.fixed.s{s}"]["picks"]["pt_fixed"] = "skip|skip|skip"  # never converged alone
+    c = summarize(res)["spaces"]["nb201"]["claims"]
+    assert c["pt_fixed_beats_random"]["verdict"] == NOT_DECIDED and c["pt_fixed_beats_random"]["excluded"] == list(range(7))
 
 
-def test_render_writes_the_power_statement_claims_and_figure(tmp_path):
+def test_ties_need_the_ground_truths_spread():
+    gt = {a: {"test": statistics.fmean(v), "per_seed": {str(g): x for g, x in enumerate(v)}, "seeds": 4,
+              "converged": 4} for a, v in GT.items() if a != "skip|skip|skip"}
+    best, tied = tied_with_best(gt)
+    assert best == CONV and tied == sorted([CONV, MID])
+    one = {a: {**g, "per_seed": {"0": g["per_seed"]["0"]}, "seeds": 1, "converged": 1} for a, g in gt.items()}
+    assert tied_with_best(one)[1] == [CONV]  # one seed: only an equal mean ties
+
+
+def test_summarize_with_few_seeds_decides_nothing():
+    c = summarize(_synthetic(n=2))["spaces"]["nb201"]["claims"]
+    assert c["param_free_gap"]["verdict"] == NOT_DECIDED
+    assert c["pt_beats_magnitude"]["verdict"] == NOT_DECIDED and c["pt_beats_magnitude"]["rows"] == 2
+    empty = summarize({})
+    assert empty["spaces"] == {} and empty["claims"] == {} and empty["jobs"] == 0
+
+
+def test_render_writes_the_claims_ground_truth_and_figure(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -291,9 +309,10 @@ def test_render_writes_the_power_statement_claims_and_figure(tmp_path):
         saved.append(fname)
         return fname
 
-    res, _ = _synthetic()
-    md = get_section("search").render(summarize(res), save)
+    md = get_section("search").render(summarize(_synthetic()), save)
     assert saved == ["search_picks.png"]
-    for text in ("Power.", "mechanism", "outcome", "detects ≥", "holds", "Wilcoxon", "Ground truth", "retrained"):
+    for text in ("mechanism", "outcome", "detects ≥", "holds", "Holm", "Ground truth", "tied with it",
+                 "left out of the mean", "8 supernet seeds × 4 training seeds", "per training seed"):
         assert text in md, text
+    assert "pilot" not in md.lower()
     assert "Perturbation-based" in get_section("search").render(summarize({}), save)

@@ -87,18 +87,53 @@ def test_add_anchor_pe_distance_is_finite_for_unreachable_nodes():
     assert torch.isinf(ref).any()                                  # the graph does have unreachable pairs
     assert torch.isfinite(pe).all()
     torch.testing.assert_close(pe[torch.isfinite(ref)], ref[torch.isfinite(ref)])
-    assert torch.equal(pe[torch.isinf(ref)], torch.full_like(pe[torch.isinf(ref)], 5.0))  # default: n
+    assert torch.equal(pe[torch.isinf(ref)], torch.full_like(pe[torch.isinf(ref)], -1.0))  # default: -1
     cut = AddAnchorPE(5, seed=0, encoding="distance", max_distance=1)(data.clone()).anchor_pe
     ref_cut = anchor_distances(data.edge_index, 5, random_anchors(5, 5, generator=0), max_distance=1)
     assert torch.equal(cut, torch.where(torch.isinf(ref_cut), 2.0, ref_cut))  # default with a cutoff: L + 1
-    own = AddAnchorPE(5, seed=0, encoding="distance", unreachable=-1)(data.clone()).anchor_pe
-    assert torch.equal(own, torch.where(torch.isinf(ref), -1.0, ref))
+    own = AddAnchorPE(5, seed=0, encoding="distance", unreachable=99)(data.clone()).anchor_pe
+    assert torch.equal(own, torch.where(torch.isinf(ref), 99.0, ref))
     with pytest.raises(ValueError, match="unreachable"):
         AddAnchorPE(encoding="distance", unreachable=float("inf"))
     with pytest.raises(ValueError, match="unreachable"):
         AddAnchorPE(encoding="inverse", unreachable=0.0)
     with pytest.raises(TypeError, match="unreachable"):
         AddAnchorPE(encoding="distance", unreachable="far")
+
+
+def test_add_anchor_pe_distance_unreachable_is_one_value_across_a_batch():
+    # graphs of 9, 8 and 7 nodes, each with an isolated part: an unreachable anchor reads the
+    # same in every graph of the batch (it was each graph's own node count: 9 / 8 / 7)
+    from torch_geometric.data import Batch
+
+    from posenc.graph.transforms import UNREACHABLE
+
+    graphs, refs = [], []
+    for n in (9, 8, 7):
+        g = nx.disjoint_union(nx.path_graph(n - 3), nx.path_graph(3))   # two components
+        graphs.append(Data(edge_index=nx_edge_index(g), num_nodes=n))
+        refs.append(g)
+    t = AddAnchorPE(4, seed=0, encoding="distance")
+    batch = Batch.from_data_list([t(d.clone()) for d in graphs])
+    assert batch.anchor_pe.shape == (24, 4)
+    for i, (data, g) in enumerate(zip(graphs, refs)):
+        n, start = data.num_nodes, int(batch.ptr[i])
+        pe = batch.anchor_pe[start:start + n]
+        anchors = batch.anchor_index[4 * i:4 * i + 4] - start          # PyG shifted the ids by `start`
+        # reference: networkx hop counts, unreachable pairs absent from its dictionary
+        for j, a in enumerate(anchors.tolist()):
+            lengths = nx.single_source_shortest_path_length(g, a)
+            want = torch.tensor([float(lengths.get(v, UNREACHABLE)) for v in range(n)])
+            assert torch.equal(pe[:, j], want), (n, a)
+    unreachable = batch.anchor_pe[batch.anchor_pe < 0]
+    assert unreachable.numel() > 0 and torch.equal(unreachable, torch.full_like(unreachable, -1.0))
+    assert UNREACHABLE == -1.0 and t.unreachable_value == -1.0
+    # with a cutoff the default is max_distance + 1 in every graph, and unreachable= overrides both
+    cut = Batch.from_data_list([AddAnchorPE(4, seed=0, encoding="distance", max_distance=2)(d.clone())
+                                for d in graphs]).anchor_pe
+    assert set(cut.unique().tolist()) <= {0.0, 1.0, 2.0, 3.0} and (cut == 3.0).any()
+    own = AddAnchorPE(4, seed=0, encoding="distance", unreachable=50.0)
+    assert own.unreachable_value == 50.0 and (own(graphs[0].clone()).anchor_pe == 50.0).any()
 
 
 def test_add_anchor_pe_clamp_pads_missing_anchors_as_unreachable():
@@ -112,7 +147,7 @@ def test_add_anchor_pe_clamp_pads_missing_anchors_as_unreachable():
     torch.testing.assert_close(inv.anchor_pe[:, :2], 1.0 / (d + 1.0))
     assert torch.equal(inv.anchor_pe[:, 2:], torch.zeros(2, 2))     # unreachable: s = 0
     dist = AddAnchorPE(4, clamp=True, seed=3, encoding="distance")(small.clone()).anchor_pe
-    assert torch.equal(dist[:, 2:], torch.full((2, 2), 2.0))        # n = 2
+    assert torch.equal(dist[:, 2:], torch.full((2, 2), -1.0))       # the default unreachable value
     oh = AddAnchorPE(4, clamp=True, seed=3, encoding="onehot", max_distance=1)(small.clone()).anchor_pe
     assert oh.shape == (2, 4 * 3) and torch.equal(oh.view(2, 4, 3)[:, 2:, 2], torch.ones(2, 2))
     # graphs of mixed sizes batch: same width everywhere

@@ -198,6 +198,28 @@ def test_two_drivers_on_one_directory_split_the_work(toy, tmp_path):
     assert results["a"]["sections"]["toy"]["summary"] == results["b"]["sections"]["toy"]["summary"]  # both assembled the section
 
 
+def test_a_job_finished_elsewhere_between_the_look_and_the_claim_is_not_computed_again(toy, tmp_path, monkeypatch):
+    # the window two drivers hit: B looks (no record), A saves j3 and releases its claim, B claims j3
+    toy["section"] = toyjobs.section(n=4)
+    first = runner.reproduce(["toy"], out=tmp_path / "a")
+    donor = tmp_path / "a" / "jobs" / "toy" / "j3.json"
+    real_claim = JobStore.claim
+
+    def claim_after_the_other_finished(self, section, key, timeout=300.0):
+        if key == "j3":
+            target = self.path(section, key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(donor.read_bytes())  # the other driver saved, then released
+        return real_claim(self, section, key, timeout)
+
+    monkeypatch.setattr(JobStore, "claim", claim_after_the_other_finished)
+    res = runner.reproduce(["toy"], out=tmp_path / "b")
+    assert "j3" in res["jobs"]["toy"]["skipped"] and "j3" not in res["jobs"]["toy"]["computed"]
+    assert sorted(res["jobs"]["toy"]["computed"]) == ["j0", "j1", "j2"]
+    assert res["sections"]["toy"]["summary"] == first["sections"]["toy"]["summary"]
+    assert not list((tmp_path / "b" / "jobs" / "toy").glob("*.claim"))  # the claim taken for j3 is let go
+
+
 def test_claims_respect_live_owners_and_take_over_dead_or_silent_ones(toy, tmp_path):
     store = JobStore(tmp_path)
     path = store.path("toy", "j0").with_suffix(".claim")

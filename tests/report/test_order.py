@@ -112,5 +112,5 @@ def test_local_workers_fork_with_the_jobs_heavy_imports_done():
             got = ex.wait(timeout=60)
     finally:
         ex.close()
-    assert got[0].error is None and got[0].result["modules"] == ["PIL.Image", "sklearn.datasets", "torch"]
-    assert {"sklearn.datasets", "PIL.Image", "torch"} <= set(PRELOAD)
+    assert got[0].error is None and got[0].result["modules"] == ["PIL.Image", "sklearn.datasets", "torch", "torch._dynamo"]
+    assert {"sklearn.datasets", "PIL.Image", "torch", "torch._dynamo"} <= set(PRELOAD)

@@ -41,10 +41,14 @@ def toy(monkeypatch):
     return holder
 
 
+CODE = {"posenc": "0.1.0", "source": "0123456789abcdef", "torch": "2.13.0+cpu",
+        "numerics": "cpu=AVX2 mkl=AVX2 onednn=AVX2", "commit": None}
+
+
 def _valid(tmp_path) -> tuple[JobStore, dict, dict]:
     store = JobStore(tmp_path)
     config = {"a": 1, "b": [0.5, None]}
-    record = store.save("s", "k", config, {"r": 2.5, "curve": [1, 2]}, 0.25)
+    record = store.save("s", "k", config, {"r": 2.5, "curve": [1, 2]}, 0.25, CODE)
     return store, config, record
 
 
@@ -53,12 +57,14 @@ def _corruptions(record: dict) -> dict[str, object]:
     out: dict[str, object] = {
         "null": None, "list": [record], "string": "done", "number": 3, "empty object": {},
     }
-    for field in ("key", "digest", "config", "seconds", "result", "checksum"):
+    for field in ("key", "digest", "config", "code", "seconds", "result", "checksum"):
         out[f"no {field}"] = {k: v for k, v in record.items() if k != field}
     bad_values = {
         "key": ["k", 3, None, "other"], "digest": [None, 7, "0" * 16], "config": [None, [1], "x", {"a": 2}],
         "seconds": ["0.25", None, -1.0, True, [0.25]], "result": [None, {}, [], "ok", 3, {"r": "2.5", "curve": [1, 2]}],
         "checksum": [None, 5, "f" * 64],
+        "code": [None, "abc", {}, {**CODE, "source": 3}, {k: v for k, v in CODE.items() if k != "torch"},
+                 {**CODE, "extra": "x"}, {**CODE, "commit": 5}],
     }
     for field, values in bad_values.items():
         for value in values:
@@ -74,6 +80,27 @@ def test_a_valid_record_round_trips(tmp_path):
     assert check_job_record(record, "k", config_digest(config)) is None
     assert store.lookup("s", "missing", config) == (None, None)
     assert store.lookup("s", "k", {"a": 2}) == (None, None)  # another config: recomputed, not a fault
+    assert store.lookup("s", "k", config, CODE) == (record, None)
+    assert store.lookup("s", "k", config, {**CODE, "commit": "abc+dirty", "posenc": "9"}) == (record, None)
+
+
+@pytest.mark.parametrize("field", ["source", "torch", "numerics"])
+def test_a_record_of_other_code_is_not_reused_and_says_what_made_it(tmp_path, field):
+    from posenc.report.store import OTHER_CODE
+
+    store, config, record = _valid(tmp_path)
+    got, why = store.lookup("s", "k", config, {**CODE, field: "other"})
+    assert got is None and why.startswith(OTHER_CODE) and CODE["torch"] in why and "01234567" in why
+
+
+def test_a_result_of_the_wrong_type_is_refused_by_its_schema(tmp_path):
+    store, config, record = _valid(tmp_path)
+    schema = {"r": float, "curve": [int]}
+    assert store.lookup("s", "k", config, CODE, schema) == (record, None)
+    for bad_schema, where in (({"r": str}, "result['r']"), ({"curve": [str]}, "result['curve'][0]"),
+                              ({"missing": int}, "no 'missing'")):
+        got, why = store.lookup("s", "k", config, CODE, bad_schema)
+        assert got is None and where in why, why
 
 
 def test_every_corrupt_job_record_is_refused_with_a_reason(tmp_path):

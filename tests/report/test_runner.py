@@ -66,7 +66,7 @@ def test_atomic_json_is_strict_and_leaves_no_temp_files(tmp_path):
 
 def test_job_store_rejects_changed_config_and_torn_files(tmp_path):
     store = JobStore(tmp_path)
-    store.save("s", "k", {"a": 1}, {"r": 2}, 0.1)
+    store.save("s", "k", {"a": 1}, {"r": 2}, 0.1, {"posenc": "0", "source": "s", "torch": "t", "numerics": "n", "commit": None})
     assert store.load("s", "k", {"a": 1})["result"] == {"r": 2}
     assert store.load("s", "k", {"a": 2}) is None
     store.path("s", "k").write_text("{torn")

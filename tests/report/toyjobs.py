@@ -56,4 +56,4 @@ def modules_at_start(cfg: Cfg) -> dict:
     """Which heavy modules a worker holds when its job starts (imported by the forkserver, not here)."""
     import sys
 
-    return {"modules": sorted(m for m in ("torch", "sklearn.datasets", "PIL.Image") if m in sys.modules)}
+    return {"modules": sorted(m for m in ("torch", "torch._dynamo", "sklearn.datasets", "PIL.Image") if m in sys.modules)}

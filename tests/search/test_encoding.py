@@ -83,7 +83,7 @@ def test_encoding_search_on_a_users_vit_finds_an_encoding_and_applies_it():
     model = TinyViT()
     model.pos = EncodingSearch(16, (4, 4), candidates=("none", "sinusoidal", "learned_table"), prefix_tokens=1)
     train, val = _task(128, 0), _task(128, 1)
-    train_darts(model, train, val, epochs=6, batch_size=32, w_optimizer="adamw", w_lr=3e-3, w_lr_min=0.0,
+    train_darts(model, train, val, epochs=6, batch_size=32, optimizer="adamw", lr=3e-3, lr_min=0.0,
                 a_lr=3e-2)
     assert list(mixed_ops(model)) == ["pos"]
     mag = magnitude_select(model, apply=False).choices["pos"]

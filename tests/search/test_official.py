@@ -140,7 +140,7 @@ def test_darts_pt_defaults_make_the_decisions_of_the_authors_rule(seed):
     train, val = _data(96, 10 + seed), _data(130, 20 + seed)
     torch.manual_seed(seed)
     net = NB201MicroNet(4, 4, ops=OPS, num_nodes=3, num_cells=2, pool=2, dtype=torch.float64)
-    train_darts(net, train, val, epochs=6, batch_size=32, w_lr=0.05, a_lr=3e-2, seed=seed)
+    train_darts(net, train, val, epochs=6, batch_size=32, lr=0.05, a_lr=3e-2, seed=seed)
     port_net = copy.deepcopy(net)
     alpha = torch.stack([e.alpha.detach() for e in mixed_ops(port_net).values()]).clone().requires_grad_(True)
     proj_intv, lr = 2, 0.005
@@ -236,13 +236,45 @@ def test_darts_space_decides_a_normal_and_a_reduction_edge_per_step_then_topolog
         assert len(live) == 2
 
 
-def test_darts_pt_never_keeps_none_in_a_darts_cell():
+def _none_dominant_s3(seed=0):
     x, y = _data(64, 4, torch.float32)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     net = DartsNet(4, 4, ops=("none", "skip", "sepconv3x3"), num_nodes=2, num_cells=3, in_channels=1)
     for e in mixed_ops(net).values():
         with torch.no_grad():
             e.alpha.copy_(torch.tensor([5.0, 0.0, 0.0]))  # 'none' dominant: masking it changes nothing
+    return net, x, y
+
+
+def _project_op(scores: dict, base: float, names: list[str]) -> str:
+    """The authors' project_op on one edge: the op whose masking gives the lowest accuracy, ties to the lowest
+    index ('none' is op 0 and its masked accuracy is the unmasked one)."""
+    masked = [base if n == "none" else scores[n] for n in names]
+    return names[min(range(len(names)), key=lambda i: (masked[i], i))]
+
+
+def test_darts_pt_keeps_none_where_the_authors_project_op_does():
+    net, x, y = _none_dominant_s3()
     sel, topo = darts_pt(net, (x, y), (x, y), finetune_epochs=0, seed=0)
+    names = ["none", "skip", "sepconv3x3"]
+    kept_none = 0
+    for d in sel.decisions:
+        assert d["scores"]["none"] == d["base"]
+        want = _project_op(d["scores"], d["base"], names)
+        lowest = min(d["scores"].values())
+        if want == "none":  # no other op's removal lowers the accuracy: the authors keep 'none'
+            kept_none += 1
+            assert lowest == d["base"] and d["chosen"] in [n for n in names if d["scores"][n] == lowest]
+        else:
+            assert d["chosen"] == want or d["scores"][d["chosen"]] == d["scores"][want]  # up to a tie
+    assert kept_none > 0  # the case this test is about happens on this supernet
+    assert topo is not None and len(topo.pruned) == 2
+
+
+def test_darts_pt_keep_none_false_never_keeps_none():
+    net, x, y = _none_dominant_s3()
+    sel, topo = darts_pt(net, (x, y), (x, y), finetune_epochs=0, seed=0, keep_none=False)
     assert "none" not in sel.choices.values() and topo is not None and len(topo.pruned) == 2
     assert all(d["scores"]["none"] == d["base"] for d in sel.decisions)
+    with pytest.raises(TypeError, match="keep_none"):
+        darts_pt(*_none_dominant_s3()[:1], (x, y), (x, y), keep_none="no")

@@ -228,7 +228,7 @@ def test_magnitude_drifts_to_none_on_digits_while_perturbation_does_not():
     va = (sp["val"][0][:300], sp["val"][1][:300])
     torch.manual_seed(0)
     model = NB201MicroNet(8)
-    train_darts(model, tr, va, steps=100, batch_size=64, w_lr=0.05, w_lr_min=0.0, a_lr=3e-3, seed=0)
+    train_darts(model, tr, va, steps=100, batch_size=64, lr=0.05, lr_min=0.0, a_lr=3e-3, seed=0)
     mag = magnitude_select(model, apply=False)
     none_edges = [e for e, op in mag.choices.items() if op == "none"]
     assert none_edges, mag.decisions

@@ -191,7 +191,7 @@ def test_run_search_selectors_and_bad_input():
     with pytest.raises(ValueError, match="num_cells"):
         build_space("pe", num_cells=2)
     with pytest.raises(ValueError, match="train_kwargs"):
-        run_search(build_space("nb201-micro", channels=4), data, data, steps=1, train_kwargs={"w_lrr": 1})
+        run_search(build_space("nb201-micro", channels=4), data, data, steps=1, train_kwargs={"lrr": 1})
 
 
 @pytest.mark.parametrize("space", ["nb201-micro", "pe"])

@@ -59,7 +59,7 @@ def test_train_darts_moves_alpha_towards_the_useful_op_and_fixed_alpha_keeps_it(
     torch.manual_seed(0)
     model = Trainable()
     hist = train_darts(model, (x[:128], y[:128]), (x[128:], y[128:]), steps=150, batch_size=32,
-                       w_lr=0.1, a_lr=0.05, seed=0)
+                       lr=0.1, a_lr=0.05, seed=0)
     assert len(hist["train_loss"]) == len(hist["val_loss"]) == 150
     assert sum(hist["train_loss"][-10:]) < sum(hist["train_loss"][:10])
     w = hist["alpha"]["edge"]
@@ -104,7 +104,7 @@ def test_train_network_is_the_weight_half_of_train_darts():
     torch.manual_seed(0)
     b = Trainable()
     before = evaluate(b, tr)[0]
-    ha = train_darts(a, tr, va, steps=12, batch_size=16, w_lr=0.1, fixed_alpha=True, seed=5)
+    ha = train_darts(a, tr, va, steps=12, batch_size=16, lr=0.1, fixed_alpha=True, seed=5)
     hb = train_network(b, tr, steps=12, batch_size=16, lr=0.1, seed=5)
     assert ha["train_loss"] == hb["train_loss"]
     assert evaluate(b, tr)[0] < before
@@ -143,8 +143,8 @@ def test_bad_input():
         evaluate(Chain(), (torch.full_like(x, float("nan")), y))
     with pytest.raises(ValueError, match="bn"):
         evaluate(Chain(), (x, y), bn="train")
-    with pytest.raises(ValueError, match="w_lr_min"):
-        train_darts(Chain(), (x, y), (x, y), steps=1, w_lr=0.01, w_lr_min=0.1)
+    with pytest.raises(ValueError, match="lr_min must not exceed lr"):
+        train_darts(Chain(), (x, y), (x, y), steps=1, lr=0.01, lr_min=0.1)
     with pytest.raises(TypeError, match="a_optimizer"):
         train_darts(Chain(), (x, y), (x, y), steps=1, a_optimizer="adam")
 
@@ -204,7 +204,7 @@ def test_a_diverging_run_raises_instead_of_returning_nan_alpha():
     torch.manual_seed(0)
     model = Trainable()
     with pytest.raises(FloatingPointError, match="diverged at step"):
-        train_darts(model, data(64), data(64, seed=1), steps=30, batch_size=16, w_lr=1e12, grad_clip=None)
+        train_darts(model, data(64), data(64, seed=1), steps=30, batch_size=16, lr=1e12, grad_clip=None)
     model = Trainable()
     with torch.no_grad():
         model.edge.alpha.fill_(float("nan"))

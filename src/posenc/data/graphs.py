@@ -28,6 +28,8 @@ import networkx as nx
 import numpy as np
 import torch
 
+from posenc._resources import check_footprint
+
 GRID_SIDE = 20
 COMMUNITY_NUM = 20
 COMMUNITY_SIZE = 20
@@ -42,8 +44,13 @@ def _edge_index(graph: nx.Graph, n: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(ei))
 
 
+#: About what networkx holds per node of a sparse graph and per edge (dicts of dicts).
+NX_BYTES_PER_NODE = 2048.0
+
+
 def grid_graph(side: int = GRID_SIDE) -> tuple[torch.Tensor, int]:
     """``grid_2d_graph(side, side)`` as ``(edge_index (2, 2E), n)``."""
+    check_footprint(NX_BYTES_PER_NODE * float(side) * side, f"side={side}", "the grid graph (networkx)")
     g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(side, side))
     return _edge_index(g, g.number_of_nodes()), g.number_of_nodes()
 
@@ -52,6 +59,8 @@ def communities_graph(
     seed: int, num: int = COMMUNITY_NUM, size: int = COMMUNITY_SIZE, p: float = REWIRE_P
 ) -> tuple[torch.Tensor, int, torch.Tensor]:
     """Rewired connected caveman graph: ``(edge_index, n, community (n,))``."""
+    check_footprint(NX_BYTES_PER_NODE * float(num) * size * max(size, 1), f"num={num}, size={size}",
+                    "the caveman graph (networkx)")
     rng = random.Random(seed)
     g = nx.connected_caveman_graph(num, size)
     nodes = list(g.nodes)

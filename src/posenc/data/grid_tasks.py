@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc._resources import check_footprint
 
 METRICS = ("l2", "linf")
 
@@ -33,6 +34,8 @@ def _distance(d: torch.Tensor, metric: str) -> torch.Tensor:
 
 def grid_cells(grid: int) -> torch.Tensor:
     """Integer ``(row, col)`` of the ``grid x grid`` cells, row-major: ``(grid**2, 2)`` int64."""
+    check_positive_int("grid", grid)
+    check_footprint(3 * 2 * 8.0 * grid * grid, f"grid={grid}", "the grid's cells")
     r = torch.arange(grid)
     return torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1).reshape(-1, 2)
 
@@ -74,6 +77,8 @@ def grid_radius_task(
     if occupancy > 1:
         raise ValueError(f"occupancy must be in [0, 1], got {occupancy}")
     n = grid * grid
+    # per token: occupancy, marker, displacement (float32 x 2), distance, labels and the two-channel tokens
+    check_footprint(40.0 * num_samples * n, f"num_samples={num_samples}, grid={grid}", "the grid radius task")
     cells = grid_cells(grid)
     occupied = torch.rand(num_samples, n, generator=generator) < occupancy
     marker = torch.randint(n, (num_samples,), generator=generator)
@@ -145,6 +150,8 @@ def point_set_task(
         x0, x1, y0, y1 = (float(v) for v in exclude)
         if not (x0 < x1 and y0 < y1) or (x1 - x0) * (y1 - y0) >= 4.0 * 0.9:
             raise ValueError(f"exclude must be a box (x0, x1, y0, y1) leaving room in [-1, 1]^2, got {exclude}")
+    check_footprint(48.0 * num_samples * num_points, f"num_samples={num_samples}, num_points={num_points}",
+                    "the point-set task")
     pos = _uniform_points((num_samples, num_points), generator, exclude)
     occupied = torch.rand(num_samples, num_points, generator=generator) < occupancy
     occupied[:, 0] = False

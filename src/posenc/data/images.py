@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from posenc._checks import check_choice, check_positive_int
+from posenc._resources import check_footprint
 
 SAMPLE_IMAGES = ("china", "flower")
 
@@ -98,6 +99,11 @@ def _high_depth(img, path: str, size: int | None, grayscale: bool) -> np.ndarray
 
 
 def _to_tensor(img, size: int | None, grayscale: bool, path: str = "the image") -> torch.Tensor:
+    # decoded and resized pixels (Pillow's bytes, float64 per channel and the crop's copies)
+    w, h = img.size
+    pixels = float(w) * h + (float(size) * size if size is not None else 0.0)
+    check_footprint(3 * 3 * 8.0 * pixels, f"size={size}" if size is not None else f"the {w}x{h} image",
+                    f"reading {path}")
     if img.mode == "1":
         img = img.convert("L")  # 0 / 255: exact after the division
     if img.mode in _SIXTEEN_BIT or img.mode in ("I", "F"):

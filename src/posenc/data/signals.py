@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from posenc._checks import check_choice, check_positive_int
+from posenc._resources import check_footprint
 
 SYNTHETIC_KINDS = ("multitone", "steps", "chirp")
 
@@ -48,6 +49,9 @@ def synthetic_signal(kind: str = "multitone", length: int = 512, seed: int = 0) 
     """
     check_choice("kind", kind, SYNTHETIC_KINDS)
     check_positive_int("length", length, minimum=4)
+    # multitone sums length / 4 sinusoids of length samples as one float64 matrix (and its products)
+    per_sample = 3 * 8.0 * max(2, length // 4) if kind == "multitone" else 6 * 8.0
+    check_footprint(per_sample * length, f"length={length}", f"the {kind} signal")
     gen = torch.Generator().manual_seed(seed)
     t = torch.arange(length, dtype=torch.float64) / length
     if kind == "multitone":

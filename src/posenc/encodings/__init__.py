@@ -10,6 +10,8 @@ from posenc.encodings.registry import (
     encoding_parameters,
     register_encoding,
 )
+
+# Importing the encoding modules fills the registry's table (their @register_encoding lines).
 from posenc.encodings.fourier import (  # noqa: E402  (registration order)
     BasicFourierEncoding,
     LinearFourierEncoding,

@@ -133,6 +133,41 @@ def _numeric_arguments(sig: inspect.Signature, args: tuple, kwargs: dict) -> str
                      if isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
+#: Constructor arguments that set an encoding's sizes (named in a memory refusal).
+_SIZE_ARGUMENTS = ("num_features", "in_dim", "mode", "grid_size", "num_groups", "fourier_dim", "hidden_dim")
+
+
+def _check_construction_memory(cls: type, sig: inspect.Signature, args: tuple, kwargs: dict) -> None:
+    """Refuse, before anything is allocated, an encoding whose construction would exceed the memory limit.
+
+    The estimate is :func:`posenc._resources.encoding_bytes` of :meth:`Encoding.footprint` (arguments
+    only), the one the CLI checks; arguments the footprint refuses are left to the constructor,
+    which reports them. Nothing is checked on the ``meta`` device (shapes only).
+    """
+    from posenc._resources import check_footprint, encoding_bytes
+
+    if cls._footprint.__func__ is Encoding._footprint.__func__:  # type: ignore[attr-defined]
+        return  # an encoding defined elsewhere: its footprint builds it on the meta device
+    try:
+        bound = sig.bind(None, *args, **kwargs)
+    except TypeError:
+        return
+    given = dict(bound.arguments)
+    bound.apply_defaults()
+    device, dtype = bound.arguments.get("device"), bound.arguments.get("dtype")
+    if device is not None and torch.device(device).type == "meta":
+        return
+    try:
+        fp = cls.footprint(*args, **kwargs)  # type: ignore[attr-defined]
+    except (ValueError, TypeError, NotImplementedError):
+        return
+    size = getattr(dtype or torch.get_default_dtype(), "itemsize", 8)
+    nbytes = encoding_bytes(fp.numel, fp.out_dim, bool(bound.arguments.get("normalize", False)), size)
+    named = [k for k in _SIZE_ARGUMENTS if k in given] or [k for k in _SIZE_ARGUMENTS if k in bound.arguments][:1]
+    argument = ", ".join(f"{k}={bound.arguments[k]!r}" for k in named)
+    check_footprint(nbytes, argument, f"{cls.__name__} (out_dim={fp.out_dim:,}; {fp.numel:,} elements of parameters and buffers)")
+
+
 #: What ``kernel_width`` means in every encoding that accepts it: the ``w`` of the kernel
 #: ``<psi(x), psi(y)> ~ exp(-|x - y|^2 / (4 w^2))`` the encoding induces (the Gaussian basis
 #: of width ``w`` has exactly this kernel), in the encoding's input units (unit-domain
@@ -201,6 +236,8 @@ class Encoding(nn.Module):
         @functools.wraps(init)
         def checked_init(self, *args: Any, **kw: Any) -> None:
             _check_common_arguments(sig, args, kw)
+            if type(self) is cls:
+                _check_construction_memory(cls, sig, args, kw)
             try:
                 init(self, *args, **kw)
             except (OverflowError, ZeroDivisionError) as err:

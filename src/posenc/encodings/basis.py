@@ -18,7 +18,8 @@ import math
 
 import torch
 
-from posenc._checks import check_choice, check_positive_float, check_positive_int, check_width
+from posenc._cache import same_bits
+from posenc._checks import _compiling, check_choice, check_positive_float, check_positive_int, check_width
 from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
@@ -379,7 +380,8 @@ class CirculantEncoding(CoordinateEncoding):
             c = circulant_generator(generator, self.features_per_direction, sigma=sigma, freq=freq, seed=seed,
                                     offset=offset, bipolar=bipolar).to(device=device, dtype=dtype)
         self.register_buffer("generator_vector", c, persistent=False)
-        self._table: torch.Tensor | None = None  # cached circulant matrix (not saved in state_dict)
+        # the cached circulant matrix and the generator it was built from (not saved in state_dict)
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None
         self._finalize()
 
     @classmethod
@@ -397,10 +399,15 @@ class CirculantEncoding(CoordinateEncoding):
         c = self.generator_vector.to(device=t.device, dtype=dtype)
         if num <= self.table_limit:
             # Gather whole rows of the F x F circulant matrix (one contiguous copy per position).
-            table = self._table
-            if table is None or table.device != c.device or table.dtype != dtype:
+            # cached with a copy of the generator it came from: a write to generator_vector (through
+            # .data too) is seen at the next call (compared bit for bit: F numbers)
+            source, table = self._table if self._table is not None else (None, None)
+            if (table is None or table.device != c.device or table.dtype != dtype
+                    or _compiling() or not same_bits(source, self.generator_vector)):
                 shift = torch.remainder(torch.arange(num, device=c.device)[:, None] - torch.arange(num, device=c.device), num)
-                table = self._table = c[shift]
+                table = c[shift]
+                if not _compiling():
+                    self._table = (self.generator_vector.detach().clone(), table)
             return table[idx]
         shift = torch.remainder(idx[..., None] - torch.arange(num, device=t.device), num)
         return c[shift]

@@ -23,15 +23,20 @@ relative ones. In evaluation mode nothing is drawn: the embedding of the
   plane wave along its own direction: features
   ``[sin(pi rho_k (row * a_k + col * b_k)), cos(...)]``. Two conventions:
 
-  - ``"authors"`` (default): as the authors' code computes it (flashlight, ``cape``
-    branch, ``SinusoidalPositionEmbedding2D``, the code behind the paper's ViT
-    numbers): ``k = 1..D/2``, ``rho_k = base^(2k/D)`` (``base = 10``), the height
-    (row) coordinate gets ``a_k = cos k`` and the width (col) coordinate
-    ``b_k = sin k``; the patch grid is ``linspace(-1, 1, n)`` per axis, endpoints
+  - ``"authors"`` (default): as the authors' pipeline computes it on an image
+    (flashlight, ``cape`` branch, ``SinusoidalPositionEmbedding2D``, the code behind
+    the paper's ViT numbers): ``k = 1..D/2``, ``rho_k = base^(2k/D)`` (``base = 10``),
+    the width (col) coordinate gets ``b_k = cos k`` and the height (row) coordinate
+    ``a_k = sin k`` (the code gives ``cos k`` to the first dimension of the patch map,
+    and flashlight stores images width first, ``W x H x C``, so that dimension is the
+    image's width); the patch grid is ``linspace(-1, 1, n)`` per axis, endpoints
     included (:attr:`grid_endpoint` tells :class:`~posenc.models.TinyViT`); the
     vision preset's global scale is ``lambda ~ U[0.7, 1.4]``, uniform. Where
     ``D/2`` is odd, the authors' code emits ``D + 1`` features (one extra sine,
     ``k = D/2 + 1``); posenc emits ``D``: the same features without that sine.
+  - ``"authors_transposed"``: the same, with the axes exchanged (``cos k`` on the
+    rows): the code read as if its patch map were stored height first; posenc's
+    default before it followed the image layout.
   - ``"text"``: posenc's earlier reading of the paper's text: ``k = 0..D/2-1``,
     the row gets ``sin k`` and the col ``cos k``, patch centres
     ``-1 + (2i + 1)/n``, ``log lambda ~ U[-log 1.4, log 1.4]``.
@@ -62,6 +67,7 @@ from posenc._checks import (
     check_last_dim,
     check_positive_float,
     check_positive_int,
+    check_seed,
     check_tensor,
     check_width,
 )
@@ -77,9 +83,12 @@ from posenc.positions import (
     grid_cell,
 )
 
-#: The 2D conventions: ``"authors"`` (the authors' flashlight code, the default) and
-#: ``"text"`` (posenc's earlier reading of the paper's text). They coincide in 1D.
-CONVENTIONS = ("authors", "text")
+#: The 2D conventions: ``"authors"`` (the authors' flashlight code on an image, the default),
+#: ``"authors_transposed"`` (the same with rows and columns exchanged) and ``"text"`` (posenc's
+#: earlier reading of the paper's text). They coincide in 1D.
+CONVENTIONS = ("authors", "authors_transposed", "text")
+#: The conventions of the authors' code (``linspace`` grid with endpoints, uniform scale, k = 1..D/2).
+AUTHORS_CONVENTIONS = ("authors", "authors_transposed")
 
 #: The paper's settings per domain (see ``docs/cape.md`` for the sources).
 #: Limits: ``max_global_shift`` in the unit of ``step`` (1D) or of the ``[-1, 1]``
@@ -98,7 +107,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 DEFAULT_PRESET = {1: "text", 2: "vision"}
 #: The global scale's (min, distribution) of the vision preset per convention (min ``None``: ``1/max``).
-VISION_SCALING: dict[str, tuple[float | None, str]] = {"authors": (0.7, "uniform"), "text": (None, "log_uniform")}
+VISION_SCALING: dict[str, tuple[float | None, str]] = {
+    "authors": (0.7, "uniform"), "authors_transposed": (0.7, "uniform"), "text": (None, "log_uniform")}
 
 
 def cape_frequencies(in_dim: int, num_features: int, base: float, freq_scale: float, *,
@@ -106,7 +116,8 @@ def cape_frequencies(in_dim: int, num_features: int, base: float, freq_scale: fl
     """CAPE's angular frequencies: ``(K,)`` in 1D, ``(2, K)`` rows ``(w_row, w_col)`` in 2D (``K = D/2``).
 
     1D: ``freq_scale * base^(-2k/D)``, ``k = 0..K-1`` (both conventions).
-    2D, ``"authors"``: ``freq_scale * rho_k * (cos k, sin k)``, ``k = 1..K``;
+    2D, ``"authors"``: ``freq_scale * rho_k * (sin k, cos k)``, ``k = 1..K``;
+    ``"authors_transposed"``: ``freq_scale * rho_k * (cos k, sin k)``, ``k = 1..K``;
     ``"text"``: ``freq_scale * rho_k * (sin k, cos k)``, ``k = 0..K-1``; ``rho_k = base^(2k/D)``
     (the paper's ``pi`` is ``freq_scale``). Computed in float64, returned in ``dtype``.
     """
@@ -115,10 +126,12 @@ def cape_frequencies(in_dim: int, num_features: int, base: float, freq_scale: fl
     k = torch.arange(half, device=device, dtype=torch.float64)
     if in_dim == 1:
         return (freq_scale * base ** (-k / half)).to(dtype)
-    if convention == "authors":
+    if convention in AUTHORS_CONVENTIONS:
         k = k + 1.0
         rho = base ** (2.0 * k / num_features)
-        rows = (rho * torch.cos(k), rho * torch.sin(k))
+        rows = (rho * torch.sin(k), rho * torch.cos(k))  # (row, col): cos k on the image's width
+        if convention == "authors_transposed":
+            rows = rows[::-1]
     else:
         rho = base ** (2.0 * k / num_features)
         rows = (rho * torch.sin(k), rho * torch.cos(k))
@@ -177,14 +190,16 @@ class CAPEEncoding(Encoding):
         device: accepted for uniformity; CAPE has no parameters or buffers
             (frequencies are built on the positions' device).
         dtype: output dtype for integer 1D positions (default: the default dtype).
-        convention: 2D only in effect: ``"authors"`` (default; the authors' code) or
-            ``"text"`` (posenc's earlier reading of the paper's text); see the module
-            docstring and ``docs/cape.md`` for every difference. 1D is the same in both.
+        convention: 2D only in effect: ``"authors"`` (default; the authors' code on an
+            image: ``cos k`` on the width), ``"authors_transposed"`` (the same with rows and
+            columns exchanged) or ``"text"`` (posenc's earlier reading of the paper's text);
+            see the module docstring and ``docs/cape.md`` for every difference. 1D is the
+            same in all.
         min_global_scaling: the smallest global scale, in ``(0, 1]``. Default: the
             preset's when ``max_global_scaling`` is the preset's too (vision,
-            ``"authors"``: 0.7), otherwise ``1 / max_global_scaling``.
+            authors' conventions: 0.7), otherwise ``1 / max_global_scaling``.
         scaling_distribution: ``"uniform"`` (``lambda ~ U[min, max]``; default of the
-            vision preset under ``"authors"``) or ``"log_uniform"`` (``log lambda ~
+            vision preset under the authors' conventions) or ``"log_uniform"`` (``log lambda ~
             U[log min, log max]``; every other default).
 
     Example:
@@ -260,7 +275,7 @@ class CAPEEncoding(Encoding):
             raise ValueError(f"base must be > 1 and <= {LIMIT_MAX:g} (beyond it float32 frequencies overflow), "
                              f"got {self.base:g}")
         if seed is not None:
-            check_positive_int("seed", seed, minimum=0)
+            check_seed("seed", seed)
         self.seed = seed
         self.out_dtype = dtype or torch.get_default_dtype()
         self._generators: dict[str, torch.Generator] = {}
@@ -301,7 +316,7 @@ class CAPEEncoding(Encoding):
 
         :class:`~posenc.models.TinyViT` reads it to lay out the positions it passes.
         """
-        return self.in_dim == 2 and self.convention == "authors"
+        return self.in_dim == 2 and self.convention in AUTHORS_CONVENTIONS
 
     @property
     def augments(self) -> bool:
@@ -317,7 +332,7 @@ class CAPEEncoding(Encoding):
     def reset_generator(self, seed: int | None = None) -> None:
         """Forget the per-device generators; reseed with ``seed`` (default: the constructor's)."""
         if seed is not None:
-            self.seed = check_positive_int("seed", seed, minimum=0)
+            self.seed = check_seed("seed", seed)
         self._generators = {}
 
     def _generator(self, device: torch.device) -> torch.Generator | None:

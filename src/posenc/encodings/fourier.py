@@ -128,8 +128,47 @@ class BasicFourierEncoding(_FourierBase):
         return 1  # the frequency 1
 
 
+class _SpacedFourier(_FourierBase):
+    """Fourier features with F/2 fixed frequencies from 1 to ``max_freq`` (subclasses space them)."""
+
+    width_param = "max_freq"
+    width_increases_smoothness = False
+
+    def __init__(
+        self,
+        in_dim: int = 1,
+        num_features: int = 256,
+        max_freq: float = 64.0,
+        mode: str = "separable",
+        domain: tuple[float, float] = (0.0, 1.0),
+        normalize: bool = False,
+        strict: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
+        self.max_freq = check_width("max_freq", max_freq)
+        if self.max_freq < 1.0:
+            raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
+        freqs = self.spaced(self.max_freq, self.features_per_direction // 2, device)
+        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
+        self._finalize()
+
+    @staticmethod
+    def spaced(max_freq: float, half: int, device) -> torch.Tensor:  # pragma: no cover - abstract
+        """The ``(half,)`` float64 frequencies from 1 to ``max_freq``."""
+        raise NotImplementedError
+
+    @classmethod
+    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
+        return per_dir // 2  # frequencies
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
+
+
 @register_encoding("linf")
-class LinearFourierEncoding(_FourierBase):
+class LinearFourierEncoding(_SpacedFourier):
     """Fourier features with F/2 linearly spaced frequencies ``linspace(1, max_freq)``.
 
     ``(..., in_dim) -> (..., num_features)``.
@@ -142,40 +181,13 @@ class LinearFourierEncoding(_FourierBase):
         device, dtype: of the frequency buffer.
     """
 
-    width_param = "max_freq"
-    width_increases_smoothness = False
-
-    def __init__(
-        self,
-        in_dim: int = 1,
-        num_features: int = 256,
-        max_freq: float = 64.0,
-        mode: str = "separable",
-        domain: tuple[float, float] = (0.0, 1.0),
-        normalize: bool = False,
-        strict: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.max_freq = check_width("max_freq", max_freq)
-        if self.max_freq < 1.0:
-            raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
-        half = self.features_per_direction // 2
-        freqs = torch.linspace(1.0, self.max_freq, half, dtype=torch.float64, device=device)
-        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
-        self._finalize()
-
-    @classmethod
-    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
-        return per_dir // 2  # frequencies
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
+    @staticmethod
+    def spaced(max_freq: float, half: int, device) -> torch.Tensor:
+        return torch.linspace(1.0, max_freq, half, dtype=torch.float64, device=device)
 
 
 @register_encoding("logf")
-class LogFourierEncoding(_FourierBase):
+class LogFourierEncoding(_SpacedFourier):
     """Fourier features with F/2 log-spaced frequencies ``2**linspace(0, log2(max_freq))``.
 
     The NeRF-style encoding. ``(..., in_dim) -> (..., num_features)``.
@@ -188,36 +200,9 @@ class LogFourierEncoding(_FourierBase):
         device, dtype: of the frequency buffer.
     """
 
-    width_param = "max_freq"
-    width_increases_smoothness = False
-
-    def __init__(
-        self,
-        in_dim: int = 1,
-        num_features: int = 256,
-        max_freq: float = 64.0,
-        mode: str = "separable",
-        domain: tuple[float, float] = (0.0, 1.0),
-        normalize: bool = False,
-        strict: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(in_dim, num_features, mode, domain, normalize, strict)
-        self.max_freq = check_width("max_freq", max_freq)
-        if self.max_freq < 1.0:
-            raise ValueError(f"max_freq must be >= 1 (the lowest frequency is 1), got {max_freq}")
-        half = self.features_per_direction // 2
-        freqs = 2.0 ** torch.linspace(0.0, math.log2(self.max_freq), half, dtype=torch.float64, device=device)
-        self.register_buffer("freqs", freqs.to(dtype or torch.get_default_dtype()), persistent=False)
-        self._finalize()
-
-    @classmethod
-    def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
-        return per_dir // 2  # frequencies
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_freq={self.max_freq:g}"
+    @staticmethod
+    def spaced(max_freq: float, half: int, device) -> torch.Tensor:
+        return 2.0 ** torch.linspace(0.0, math.log2(max_freq), half, dtype=torch.float64, device=device)
 
 
 @register_encoding("rff")

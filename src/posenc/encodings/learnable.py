@@ -39,6 +39,7 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
+from posenc._resources import check_footprint
 from posenc.encodings.base import Encoding, Footprint, check_numel, check_out_dim, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
@@ -73,6 +74,10 @@ def resample_table(table: torch.Tensor, size: tuple[int, ...], mode: str, antial
         raise ValueError(f"size must have {len(grid)} entries for a {len(grid)}D table, got {size}")
     if tuple(size) == grid:
         return table
+    cells = math.prod(float(s) for s in size)
+    # the resampled grid in the compute dtype (and its permuted copy), then cast back
+    check_footprint(cells * table.shape[-1] * (2 * max(table.element_size(), 4) + table.element_size()),
+                    f"size={tuple(size)}", f"the resampled table of {table.shape[-1]} features")
     work = table.to(compute_dtype(table.dtype))
     if len(grid) == 1:
         img = work.T[None, :, None, :]  # (1, D, 1, L)

@@ -1,4 +1,10 @@
-"""One string factory for every encoding: ``create_encoding("gaussian", sigma=0.01)``."""
+"""One string factory for every encoding: ``create_encoding("gaussian", sigma=0.01)``.
+
+The registry is a table that the encoding modules fill with :func:`register_encoding` when
+they are imported; it imports none of them. ``posenc.encodings`` imports every encoding
+module, and importing this module runs ``posenc.encodings`` first, so the table is full
+whenever it is read.
+"""
 
 from __future__ import annotations
 
@@ -42,24 +48,13 @@ def register_encoding(name: str, **defaults: Any) -> Callable[[T], T]:
     return decorator
 
 
-def _ensure_loaded() -> None:
-    # Importing the modules runs their @register_encoding decorators.
-    import posenc.encodings.basis  # noqa: F401
-    import posenc.encodings.cape  # noqa: F401
-    import posenc.encodings.fourier  # noqa: F401
-    import posenc.encodings.learnable  # noqa: F401
-    import posenc.encodings.sinusoidal  # noqa: F401
-
-
 def available_encodings() -> list[str]:
     """Names accepted by :func:`create_encoding`, sorted."""
-    _ensure_loaded()
     return sorted(_REGISTRY)
 
 
 def encoding_class(name: str) -> type:
     """The class behind a registered name."""
-    _ensure_loaded()
     if name not in _REGISTRY:
         raise ValueError(f"unknown encoding {name!r}; available: {', '.join(sorted(_REGISTRY))}")
     factory = _REGISTRY[name]
@@ -124,7 +119,6 @@ def encoding_parameter_docs(name: str) -> dict[str, str]:
 
 
 def _check_call(name: Any, kwargs: dict) -> None:
-    _ensure_loaded()
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"unknown encoding {name!r}; available: {', '.join(sorted(_REGISTRY))}")
     allowed = encoding_parameters(name)

@@ -32,7 +32,15 @@ from posenc.graph.distances import anchor_distances
 from posenc.graph.gir import GIR, build_path_plan
 from posenc.graph.models import GNN_KINDS, FusedGIR, StandardGNN
 from posenc.graph.pgnn import PGNN, pgnn_anchor_inputs
-from posenc.experiments.stats import mean_std
+from posenc.experiments.stats import (
+    CONTRADICTED,
+    HOLDS,
+    NOT_CONFIRMED,
+    NOT_DECIDED,
+    holm_verdicts,
+    mean_std,
+    paired_difference,
+)
 from posenc.experiments.job import Job
 
 TASKS = ("grid-link", "communities-link", "communities-pair")
@@ -239,6 +247,23 @@ FULL_EXTRA = (
 TIE_TOL = 0.005
 #: "Fusion beats both branches" needs a margin above the better branch (AUC).
 FUSION_MARGIN = 0.005
+#: A run has converged when the mean validation AUC of its last ``CONVERGE_WINDOW`` share of
+#: evaluations improves on the share before it by at most ``CONVERGE_TOL`` (:func:`converged`).
+CONVERGE_WINDOW = 0.25
+CONVERGE_TOL = 0.02
+
+
+def converged(result: dict) -> bool:
+    """Whether a run's validation AUC stopped improving (see :data:`CONVERGE_TOL`): the mean of the
+    last quarter of its evaluations minus the mean of the quarter before is at most the tolerance.
+    A run with fewer than two evaluations per window has not converged."""
+    val = [float(point[1]) for point in result.get("curve", []) if point[1] is not None]
+    k = max(1, int(round(len(val) * CONVERGE_WINDOW)))
+    if len(val) < 2 * k:
+        return False
+    return statistics.fmean(val[-k:]) - statistics.fmean(val[-2 * k:-k]) <= CONVERGE_TOL
+
+
 #: Rounds of the unrestricted "indication" variant in the experiments (its cost is K*n*H per round).
 INDICATION_ROUNDS = 10
 
@@ -246,16 +271,16 @@ INDICATION_ROUNDS = 10
 def plan(profile: str, seeds: int | None = None) -> list[Job]:
     """Jobs of the ``gir`` section.
 
-    quick: Grid-I link + Communities pairwise, 6 models, 2 seeds, 100 epochs (short, indicative).
-    full: 2001 epochs (the paper's protocol), 2 seeds, see ``FULL_MAIN`` / ``FULL_EXTRA``.
+    quick: Grid-I link + Communities pairwise, 6 models, 3 seeds, 100 epochs (short, indicative).
+    full: 2001 epochs (the paper's protocol), 3 seeds, see ``FULL_MAIN`` / ``FULL_EXTRA``.
     Jobs are independent: ``posenc reproduce gir --profile full --shard i/n`` splits them.
     """
     if profile == "quick":
-        n_seeds, epochs = seeds or 2, QUICK_EPOCHS
+        n_seeds, epochs = seeds or 3, QUICK_EPOCHS
         grid = [(s, m) for s in QUICK_SETTINGS for m in QUICK_MODELS]
         grid += [(s, m) for s, models in QUICK_EXTRA for m in models]
     elif profile == "full":
-        n_seeds, epochs = seeds or 2, 2001
+        n_seeds, epochs = seeds or 3, 2001
         grid = [(s, m) for s in FULL_MAIN for m in FULL_MAIN_MODELS]
         grid += [(s, m) for s, models in FULL_EXTRA for m in models]
     else:
@@ -271,7 +296,9 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
 
 
 def summarize(results: dict[str, dict]) -> dict:
-    """Mean ± std test AUC per (setting, model) and the three claims as booleans."""
+    """Mean ± std test AUC per (setting, model), convergence, and the three claims as paired per-seed
+    differences (:func:`posenc.experiments.stats.paired_difference`, gated on :func:`converged`),
+    with Holm-adjusted verdicts over the section's comparisons."""
     groups: dict[str, dict[str, list[dict]]] = {}
     for res in results.values():
         groups.setdefault(_setting(res["task"], res["transductive"]), {}).setdefault(res["model"], []).append(res)
@@ -287,47 +314,53 @@ def summarize(results: dict[str, dict]) -> dict:
         }
         for setting, by_model in sorted(groups.items())
     }
-    claims: dict[str, dict] = {"gir_ge_pgnn": {}, "gir_far_above_gnn": {}, "fusion_helps": {}}
-    for setting, row in table.items():
-        if "gir" in row:
-            g = row["gir"]
-            pg = [row[m] for m in ("pgnn-e", "pgnn-f") if m in row]
-            if pg:
-                best = max(pg, key=lambda r: r["mean"])
-                claims["gir_ge_pgnn"][setting] = {
-                    "gir": g["mean"],
-                    "pgnn_best": best["mean"],
-                    "delta": g["mean"] - best["mean"],
-                    "holds": g["mean"] >= best["mean"] - TIE_TOL,
-                    "strict": g["mean"] >= best["mean"],
-                    "within_noise": g["mean"] >= best["mean"] - max(g["std"], best["std"]),
-                }
-            std = [row[m] for m in GNN_KINDS if m in row]
-            if std:
-                best = max(std, key=lambda r: r["mean"])
-                claims["gir_far_above_gnn"][setting] = {
-                    "gir": g["mean"],
-                    "gnn_best": best["mean"],
-                    "delta": g["mean"] - best["mean"],
-                    "holds": g["mean"] - best["mean"] >= 0.1,
-                }
+    comps: dict[str, list[dict]] = {"gir_ge_pgnn": [], "gir_far_above_gnn": [], "fusion_helps": []}
+    for setting, by_model in sorted(groups.items()):
+        runs = {m: {r["seed"]: r for r in rs} for m, rs in by_model.items()}
+
+        def compare(method: str, baseline: str, shift: float, claim: str, what: str) -> None:
+            # paired per seed: method - (baseline + shift) > 0, over the seeds whose two runs converged
+            if method not in runs or baseline not in runs:
+                return
+            d = paired_difference({s: r["test_auc"] for s, r in runs[method].items()},
+                                  {s: r["test_auc"] + shift for s, r in runs[baseline].items()},
+                                  method_converged={s: converged(r) for s, r in runs[method].items()},
+                                  baseline_converged={s: converged(r) for s, r in runs[baseline].items()})
+            d.update({"task": setting, "method": method, "baseline": baseline, "metric": what})
+            comps[claim].append(d)
+
+        for pg in ("pgnn-e", "pgnn-f"):
+            compare("gir", pg, -TIE_TOL, "gir_ge_pgnn", f"test AUC, {pg} − {TIE_TOL}")
         for kind in GNN_KINDS:
-            if kind in row and f"{kind}+gir" in row:
-                plain, fused = row[kind], row[f"{kind}+gir"]
-                gir_alone = row["gir"]["mean"] if "gir" in row else None
-                margin = FUSION_MARGIN
-                claims["fusion_helps"][f"{setting}.{kind}"] = {
-                    "plain": plain["mean"],
-                    "fused": fused["mean"],
-                    "gir": gir_alone,
-                    "delta": fused["mean"] - plain["mean"],
-                    "holds": fused["mean"] > plain["mean"],
-                    "beats_both": None if gir_alone is None else fused["mean"] > max(plain["mean"], gir_alone) + margin,
-                }
-    verdicts = {name: (all(c["holds"] for c in v.values()) if v else None) for name, v in claims.items()}
+            compare("gir", kind, 0.1, "gir_far_above_gnn", f"test AUC, {kind} + 0.1")
+            compare(f"{kind}+gir", kind, 0.0, "fusion_helps", "test AUC")
+    # multiplicity: every comparison of the section is one family (Holm, next to each verdict)
+    holm_verdicts({f"{k}/{i}": c for k, cs in comps.items() for i, c in enumerate(cs)})
+    claims: dict[str, dict] = {}
+    for name, cs in comps.items():
+        if not cs:
+            continue
+        vs = [c["verdict"] for c in cs]
+        counts = {v: vs.count(v) for v in (HOLDS, NOT_CONFIRMED, CONTRADICTED, NOT_DECIDED)}
+        headline = vs[0] if len(cs) == 1 else (
+            f"holds in {counts[HOLDS]} of {len(cs)} comparisons ({counts[NOT_CONFIRMED]} not confirmed, "
+            f"{counts[CONTRADICTED]} contradicted, {counts[NOT_DECIDED]} not decided)")
+        claims[name] = {"verdict": headline, "holds": counts[HOLDS] == len(cs), "comparisons": cs, "counts": counts}
+    not_converged = sorted(f"{_setting(r['task'], r['transductive'])}.{r['model']}.s{r['seed']}"
+                           for r in results.values() if not converged(r))
     curves = {
         key: res["curve"]
         for key, res in sorted(results.items())
         if res["seed"] == 0 and res["model"] in ("gcn", "pgnn-e", "gir")
     }
-    return {"table": table, "claims": claims, "verdicts": verdicts, "curves": curves}
+    return {"table": table, "claims": claims, "curves": curves, "not_converged": not_converged,
+            "convergence": {"window": CONVERGE_WINDOW, "tol": CONVERGE_TOL}}
+
+
+# ------------------------------------------------------------------ result schemas
+# the types the summary reads from each job's stored result (posenc.report.schema's spec language)
+NUM = (float, None)  # a number, or null (a non-finite value is stored as null)
+run_gir.result_schema = {  # type: ignore[attr-defined]
+    "task": str, "transductive": bool, "model": str, "seed": int, "val_auc": NUM, "test_auc": NUM,
+    "best_epoch": int, "final_loss": NUM, "epochs": int, "num_parameters": int, "curve": [[NUM]],
+}

@@ -27,6 +27,10 @@ class Job:
         cost: a rough relative cost: weights the progress bar and balances shards.
         alone: a timing job: never run beside other jobs of the same run (the runner
             waits until nothing else is in flight, runs it, then goes on).
+        schema: the types of the result that the section's summary reads, in the plain-data
+            spec language of :mod:`posenc.report.schema`; a stored result that does not match
+            is recomputed. Default: the ``result_schema`` attribute of ``run`` (experiments
+            state it next to each job function), else ``None`` (not checked).
     """
 
     key: str
@@ -34,6 +38,11 @@ class Job:
     config: Any
     cost: float = 1.0
     alone: bool = False
+    schema: Any = None
+
+    def __post_init__(self) -> None:
+        if self.schema is None:
+            object.__setattr__(self, "schema", getattr(self.run, "result_schema", None))
 
     def config_dict(self) -> dict:
         if dataclasses.is_dataclass(self.config):

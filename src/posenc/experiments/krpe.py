@@ -37,10 +37,11 @@ from posenc.attention import (
     rpe_coeffs,
     softmax_rpe_attention,
 )
-from posenc.attention.toeplitz import next_fast_len
+from posenc.attention.kernelized.toeplitz import next_fast_len
 from posenc.encodings import create_encoding
 from posenc.models import TransformerEncoder
 from posenc.experiments.job import Job
+from posenc.experiments.stats import holm_verdicts, paired_difference
 
 # ---------------------------------------------------------------- approximation
 
@@ -367,7 +368,7 @@ def run_speed(cfg: SpeedConfig) -> dict:
 
 def plan(profile: str, seeds: int | None) -> list[Job]:
     quick = profile == "quick"
-    S = seeds or (2 if quick else 3)
+    S = seeds or 3
     jobs = [
         Job("approx", run_approx, ApproxConfig(draws=4 if quick else 16), cost=1.0),
         Job("numerics", run_numerics, NumericsConfig(n=512 if quick else 2048), cost=0.5),
@@ -386,6 +387,18 @@ def plan(profile: str, seeds: int | None) -> list[Job]:
 
 #: accuracy difference below which two variants count as tied (seed noise at this scale)
 MARGIN = 0.02
+
+
+def train_converged(result: dict, window: float = 0.25, tol: float = 0.05, atol: float = 0.01) -> bool:
+    """Whether a training run's loss curve had flattened and not diverged: the mean loss of its last
+    ``window`` share of steps is below the mean of the share before by at most ``tol`` (relative)
+    plus ``atol`` (nats)."""
+    losses = [float(v) for v in result.get("losses", []) if v is not None and math.isfinite(float(v))]
+    n = max(1, int(round(len(losses) * window)))
+    if result.get("diverged") or len(losses) < 2 * n:
+        return False
+    last, before = statistics.fmean(losses[-n:]), statistics.fmean(losses[-2 * n:-n])
+    return before - last <= tol * abs(before) + atol
 
 
 def _ms(values: list[float]) -> dict:
@@ -490,19 +503,44 @@ def summarize(results: dict[str, dict]) -> dict:
                 "curves": [r["losses"] for r in runs],
             }
     summary["train"] = table
-    for task, rows in table.items():
-        def acc(v):
-            return (rows.get(v, {}).get("accuracy") or {}).get("mean")
-        a_rpe, a_nope, a_raw, a_soft = acc("norm_rpe"), acc("norm_nope"), acc("performer_raw"), acc("softmax_rpe")
-        if None not in (a_rpe, a_nope):
-            summary["claims"][f"{task}_rpe_beats_nope"] = {"holds": bool(a_rpe > a_nope + MARGIN), "norm_rpe": a_rpe,
-                                                           "norm_nope": a_nope}
-        if None not in (a_rpe, a_raw):
-            summary["claims"][f"{task}_norm_rpe_beats_raw_performer"] = {
-                "holds": bool(a_rpe > a_raw + MARGIN), "norm_rpe": a_rpe, "performer_raw": a_raw,
-                "spikes_raw": rows["performer_raw"]["spikes"]["mean"], "spikes_rpe": rows["norm_rpe"]["spikes"]["mean"],
-            }
-        if None not in (a_rpe, a_soft):
-            summary["claims"][f"{task}_norm_rpe_close_to_softmax"] = {
-                "holds": bool(a_rpe >= a_soft - 2.5 * MARGIN), "norm_rpe": a_rpe, "softmax_rpe": a_soft}
+    by_seed = {task: {v: {r["seed"]: r for r in runs} for v, runs in by_var.items()} for task, by_var in train.items()}
+    comparisons: dict[str, dict] = {}
+    for task, rows in by_seed.items():
+        # claim: (method, baseline, shift): method's accuracy - (baseline's + shift) > 0, paired per seed
+        for name, method, base, shift in ((f"{task}_rpe_beats_nope", "norm_rpe", "norm_nope", MARGIN),
+                                          (f"{task}_norm_rpe_beats_raw_performer", "norm_rpe", "performer_raw", MARGIN),
+                                          (f"{task}_norm_rpe_close_to_softmax", "norm_rpe", "softmax_rpe", -2.5 * MARGIN)):
+            if method not in rows or base not in rows:
+                continue
+            d = paired_difference({s: r["accuracy"] for s, r in rows[method].items()},
+                                  {s: r["accuracy"] + shift for s, r in rows[base].items()},
+                                  method_converged={s: train_converged(r) for s, r in rows[method].items()},
+                                  baseline_converged={s: train_converged(r) for s, r in rows[base].items()})
+            d.update({"task": task, "method": method, "baseline": base, "shift": shift,
+                      "metric": "accuracy" + (f", {base} {shift:+g}" if shift else "")})
+            comparisons[name] = d
+    holm_verdicts(comparisons)
+    summary["claims"].update(comparisons)
+    summary["not_converged"] = sorted(f"train-{r['task']}-{r['variant']}-s{r['seed']}" for runs in train.values()
+                                      for rs in runs.values() for r in rs if not train_converged(r))
     return summary
+
+
+# ------------------------------------------------------------------ result schemas
+# the types the summary reads from each job's stored result (posenc.report.schema's spec language)
+NUM = (float, None)  # a number, or null (a non-finite value is stored as null)
+run_approx.result_schema = {  # type: ignore[attr-defined]
+    "features": [int], "norms": [float], "kernel": {str: [NUM]}, "attention": {str: [NUM]},
+}
+run_numerics.result_schema = {  # type: ignore[attr-defined]
+    "n": int,
+    "rows": [{"range": float, "profile": str, "err_float32": NUM, "err_float64": NUM, "bound_float32": NUM}],
+}
+run_speed.result_schema = {  # type: ignore[attr-defined]
+    "heads": int, "head_dim": int, "features": int,
+    "rows": [{"n": int, "fft": NUM, "no_rpe": NUM, "floor": NUM, "dense": NUM, "softmax": NUM}],
+}
+run_train.result_schema = {  # type: ignore[attr-defined]
+    "task": str, "variant": str, "seed": int, "losses": [NUM], "final_loss": NUM, "accuracy": NUM,
+    "diverged": bool, "spikes": int, "max_grad_norm": NUM,
+}

@@ -70,7 +70,7 @@ from posenc.encodings import (
     SinusoidalEncoding,
 )
 from posenc.experiments.job import Job
-from posenc.experiments.stats import mean_std, paired_difference
+from posenc.experiments.stats import detectable_difference, holm_verdicts, mean_std, paired_difference
 from posenc.models import TinyViT, TrainConfig, TransformerEncoder, train
 
 ENCODINGS = ("none", "table2d", "sine2d", "mlp", "rff_mlp", "lff_nomlp", "lff_mlp")
@@ -121,19 +121,19 @@ class DigitsConfig:
 
     encoding: str = "lff_mlp"
     seed: int = 0
-    steps: int = 800
+    steps: int = 600
     batch: int = 64
     lr: float = LR["digits"]
     lr_scales: tuple[tuple[str, float], ...] = LR_SCALES
     dim: int = 32
     depth: int = 2
-    heads: int = 4
+    heads: int = 2  # heads of 16 channels: CPU attention costs a quarter of 4 heads of 8
     hidden: int = 32
     freq_std: float = 3.0  # std of W_r = 1 / gamma, positions in [-1, 1]
     patch: int = 4
     upsample: int = 2
     val_fraction: float = 0.2
-    eval_every: int = 80
+    eval_every: int = 60
     threads: int = 1
 
 
@@ -496,37 +496,6 @@ def plan(profile: str, seeds: int | None = None) -> list[Job]:
 
 
 # ------------------------------------------------------------------ statistics
-def detectable_difference(diffs: list[float], level: float = 0.95, power: float = 0.8) -> float | None:
-    """The smallest true mean difference these paired seeds detect with probability ``power``.
-
-    For a two-sided ``level`` t interval over ``n`` paired differences with sample standard
-    deviation ``s``, a true difference ``delta`` puts the whole interval on its side of 0 with
-    probability about ``power`` when ``delta >= (t_{(1+level)/2, n-1} + t_{power, n-1}) s / sqrt(n)``
-    (the usual normal-shift approximation to the noncentral t). Smaller true differences are
-    likely to read "not confirmed at this scale" with these seeds.
-
-    Args:
-        diffs: the paired per-seed differences (``n >= 2`` for an answer).
-        level: coverage of the interval, in (0, 1).
-        power: detection probability, in (0, 1).
-
-    Returns:
-        ``delta`` (>= 0), or ``None`` with fewer than two differences.
-    """
-    for name, value in (("level", level), ("power", power)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
-            raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
-    vals = [float(d) for d in diffs]
-    if any(not math.isfinite(v) for v in vals):
-        raise ValueError(f"diffs must be finite, got {vals}")
-    n = len(vals)
-    if n < 2:
-        return None
-    from scipy.stats import t
-
-    return float((t.ppf(0.5 + level / 2.0, n - 1) + t.ppf(power, n - 1)) * statistics.stdev(vals) / math.sqrt(n))
-
-
 def choose_lr(scores: dict[float, list[float]], higher_is_better: bool) -> float:
     """The section's learning-rate rule: the rate with the best **median** validation score.
 
@@ -635,18 +604,20 @@ def summarize(results: dict[str, dict]) -> dict:
         if "lff_mlp" not in by_enc:
             continue
 
-        def gated(enc: str) -> dict:  # a run that did not converge drops out of every pairing
-            return {s: (r[key] if r["converged"] else None) for s, r in by_enc[enc].items()}
+        def values(enc: str) -> dict:
+            return {s: r[key] for s, r in by_enc[enc].items()}
 
-        lff = gated("lff_mlp")
+        def conv(enc: str) -> dict:  # the convergence gate: a run that did not converge drops out of every pairing
+            return {s: bool(r["converged"]) for s, r in by_enc[enc].items()}
+
         per_base = {}
         for base in BASELINES:
             if base in by_enc and (key != "anisotropy" or base in CONTINUOUS):
-                d = paired_difference(lff, gated(base), direction=direction)
+                d = paired_difference(values("lff_mlp"), values(base), direction=direction,
+                                      method_converged=conv("lff_mlp"), baseline_converged=conv(base))
                 d["excluded"] = sorted(
                     s for s in set(by_enc["lff_mlp"]) & set(by_enc[base])
                     if not (by_enc["lff_mlp"][s]["converged"] and by_enc[base][s]["converged"]))
-                d["detectable"] = detectable_difference(d["diffs"])
                 per_base[base] = d
         by_verdict: dict[str, list[str]] = {}
         for base, d in per_base.items():
@@ -655,6 +626,13 @@ def summarize(results: dict[str, dict]) -> dict:
         summary_line = "; ".join(f"{v} vs {', '.join(bs)}" for v, bs in by_verdict.items())
         claims[claim] = {"metric": key, "direction": direction, "task": task, "vs": per_base,
                          "verdict": summary_line}
+    # multiplicity: every comparison of the section is one family (Holm, next to each verdict)
+    family = {f"{claim}/{base}": d for claim, c in claims.items() for base, d in c["vs"].items()}
+    holm_verdicts(family)
+    for c in claims.values():
+        held = [b for b, d in c["vs"].items() if d["holm_verdict"] != d["verdict"]]
+        if held:
+            c["holm_note"] = f"after Holm over the {len(family)} comparisons: not confirmed vs {', '.join(held)}"
     n_seeds = max((len(s) for by in runs.values() for s in by.values()), default=0)
     every = [r for r in results.values() if isinstance(r, dict) and "task" in r]
     cpu = [r["cpu_seconds"] for r in every if isinstance(r.get("cpu_seconds"), (int, float))]
@@ -664,3 +642,18 @@ def summarize(results: dict[str, dict]) -> dict:
             "convergence": {t: {"metric": VAL_METRIC[t][0], "tol": CONVERGENCE_TOL[t],
                                 "window": CONVERGENCE_WINDOW} for t in runs},
             "not_converged": not_converged, "sweep": _sweep_summary(sweep), "cost": cost}
+
+
+# ------------------------------------------------------------------ result schemas
+# the types the summary reads from each job's stored result (posenc.report.schema's spec language)
+NUM = (float, None)  # a number, or null (a non-finite value is stored as null)
+run_digits.result_schema = {  # type: ignore[attr-defined]
+    "task": str, "encoding": str, "seed": int, "lr": float, "loss_curve": [[NUM]], "evals": [{str: NUM}],
+    "auc_loss": NUM, "final_acc": NUM, "final_test_loss": NUM, "val_acc": NUM, "converged": bool,
+    "w_r_change": NUM,
+}
+run_grid.result_schema = {  # type: ignore[attr-defined]
+    "task": str, "encoding": str, "seed": int, "lr": float, "loss_curve": [[NUM]], "evals": [{str: NUM}],
+    "auc_loss": NUM, "final_bacc": NUM, "final_bce": NUM, "finer": {str: {"bce": NUM, "acc": NUM, "bacc": NUM}},
+    "finer_bacc": NUM, "converged": bool, "isotropy": object, "anisotropy": NUM, "w_r_change": NUM,
+}

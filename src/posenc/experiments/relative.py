@@ -53,7 +53,15 @@ from torch import nn
 from posenc.attention import KernelizedAttentionLayer, RopeScaling, relative_attention_factory, set_rope_scaling
 from posenc.encodings import LearnedTableEncoding, SinusoidalEncoding, create_encoding
 from posenc.models import TrainConfig, TransformerEncoder, train
-from posenc.experiments.stats import CONTRADICTED, HOLDS, NOT_CONFIRMED, mean_std, paired_difference
+from posenc.experiments.stats import (
+    CONTRADICTED,
+    HOLDS,
+    NOT_CONFIRMED,
+    NOT_DECIDED,
+    holm_verdicts,
+    mean_std,
+    paired_difference,
+)
 from posenc.experiments.job import Job
 
 TASKS = ("shift", "recent", "first")
@@ -231,10 +239,10 @@ FULL = LengthConfig(steps=1000, test_factors=(1, 2, 4, 8, 16))
 
 
 def plan(profile: str, seeds: int | None = None) -> list[Job]:
-    """quick: :data:`QUICK_PLAN`, 2 seeds, 250 steps (indicative); full: every variant on every task, 5 seeds,
+    """quick: :data:`QUICK_PLAN`, 3 seeds (the fewest that read a verdict), 250 steps; full: every variant on every task, 5 seeds,
     1,000 steps, tested up to 16x."""
     if profile == "quick":
-        grid, n_seeds, base = QUICK_PLAN, seeds or 2, QUICK
+        grid, n_seeds, base = QUICK_PLAN, seeds or 3, QUICK
     elif profile == "full":
         grid, n_seeds, base = {t: VARIANTS for t in TASKS}, seeds or 5, FULL
     else:
@@ -281,13 +289,13 @@ def _compare(by: dict, task: str, method: str, baseline: str, metric: str, direc
         return {s: (r["acc"][str(r["L"])] if metric == "train" else _extrapolation(r["acc"], r["L"]))
                 for s, r in rows[v].items()}
 
-    diff = paired_difference(values(method), values(baseline), direction=direction, margin=margin)
+    def conv(v):  # the convergence gate: a run that did not learn the task at its training length drops out
+        return {s: bool(r["converged"]) for s, r in rows[v].items()}
+
+    diff = paired_difference(values(method), values(baseline), direction=direction, margin=margin,
+                             method_converged=conv(method), baseline_converged=conv(baseline))
     learned = {v: all(r["converged"] for r in rows[v].values()) for v in (method, baseline)}
     diff.update({"task": task, "method": method, "baseline": baseline, "metric": metric, "learned": learned})
-    if metric == "extrapolation" and not all(learned.values()):
-        # transfer means nothing for a model that never learned the task at its training length
-        diff["verdict"], diff["holds"] = NOT_CONFIRMED, False
-        diff["note"] = "not learned at the training length: " + ", ".join(v for v, ok in learned.items() if not ok)
     return diff
 
 
@@ -331,18 +339,21 @@ def summarize(results: dict[str, dict]) -> dict:
     for ab in ("sinusoidal", "table"):
         for rel in RELATIVE + KERNELIZED:
             claims["absolute_beats_relative_on_absolute_task"].append(_compare(by, "first", ab, rel, "train"))
+    # multiplicity: every comparison of the section is one family (Holm, next to each verdict)
+    holm_verdicts({f"{name}/{i}": c for name, comps in claims.items() for i, c in enumerate(comps) if c is not None})
     out_claims = {}
     for name, comps in claims.items():
         comps = [c for c in comps if c is not None]
         if not comps:
             continue
         verdicts = [c["verdict"] for c in comps]
-        counts = {v: verdicts.count(v) for v in (HOLDS, NOT_CONFIRMED, CONTRADICTED)}
+        counts = {v: verdicts.count(v) for v in (HOLDS, NOT_CONFIRMED, CONTRADICTED, NOT_DECIDED)}
         if len(comps) == 1:
             headline = verdicts[0]
         else:  # several comparisons: each is reported; the headline counts them (no "beats all at once")
             headline = (f"holds in {counts[HOLDS]} of {len(comps)} comparisons "
-                        f"({counts[NOT_CONFIRMED]} not confirmed, {counts[CONTRADICTED]} contradicted)")
+                        f"({counts[NOT_CONFIRMED]} not confirmed, {counts[CONTRADICTED]} contradicted, "
+                        f"{counts[NOT_DECIDED]} not decided)")
         out_claims[name] = {"verdict": headline, "holds": counts[HOLDS] == len(comps), "comparisons": comps,
                             "counts": counts}
     curves = {task: {v: [r["loss_curve"] for r in results.values() if r["task"] == task and r["variant"] == v]
@@ -350,3 +361,12 @@ def summarize(results: dict[str, dict]) -> dict:
               for task in by}
     return {"table": table, "claims": out_claims, "curves": curves,
             "train_length": next(iter(results.values()))["train_length"] if results else None}
+
+
+# ------------------------------------------------------------------ result schemas
+# the types the summary reads from each job's stored result (posenc.report.schema's spec language)
+NUM = (float, None)  # a number, or null (a non-finite value is stored as null)
+run_length.result_schema = {  # type: ignore[attr-defined]
+    "variant": str, "task": str, "seed": int, "train_length": int, "accuracy": {str: NUM}, "train_accuracy": NUM,
+    "converged": bool, "final_loss": NUM, "loss_curve": [NUM], "extended": {str: {str: NUM}},
+}

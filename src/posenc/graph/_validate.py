@@ -20,6 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from posenc._checks import check_positive_int, check_tensor
+from posenc._resources import check_footprint
 
 
 def check_num_nodes(num_nodes: int) -> int:
@@ -68,6 +69,9 @@ def adjacency_csr(edge_index: torch.Tensor, num_nodes: int, *, symmetrize: bool 
         ``(n, n)`` CSR matrix without self-loops or duplicates, symmetric.
     """
     ei = check_edge_index(edge_index, num_nodes).numpy()
+    # indptr and scipy's work arrays per node; the COO triplets, their sorted copy and the transpose per edge
+    check_footprint(3 * 8.0 * (num_nodes + 1) + 6 * 8.0 * ei.shape[1] * (2 if symmetrize else 1),
+                    f"num_nodes={num_nodes}", f"the adjacency of {num_nodes:,} nodes")
     keep = ei[0] != ei[1]
     row, col = ei[0, keep], ei[1, keep]
     if symmetrize:

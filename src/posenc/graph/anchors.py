@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from posenc._checks import check_positive_float
+from posenc._resources import check_footprint
 from posenc.graph._validate import check_edge_index, check_num_anchors, check_num_nodes
 
 
@@ -79,6 +80,8 @@ class AnchorSets:
 
     def indicator(self) -> torch.Tensor:
         """``(n, K)`` float, 1 where node v belongs to set k (the GIR anchor indication)."""
+        check_footprint(4.0 * self.num_nodes * self.num_sets, f"num_nodes={self.num_nodes}, {self.num_sets} sets",
+                        "the (n, K) anchor indicator")
         out = torch.zeros(self.num_nodes, self.num_sets)
         out[self.nodes, self.set_index] = 1.0
         return out
@@ -88,6 +91,7 @@ def random_anchors(num_nodes: int, k: int, *, generator: torch.Generator | int) 
     """``k`` distinct nodes drawn uniformly. Returns ``(k,)`` long, sorted."""
     check_num_nodes(num_nodes)
     check_num_anchors("k", k, num_nodes)
+    check_footprint(8.0 * num_nodes, f"num_nodes={num_nodes}", "a permutation of the nodes")
     g = _generator(generator)
     return torch.randperm(num_nodes, generator=g)[:k].sort().values
 
@@ -121,9 +125,12 @@ def bourgain_anchor_sets(num_nodes: int, *, c: float = 1.0, generator: torch.Gen
     check_positive_float("c", c)
     if num_nodes < 2:
         raise ValueError(f"num_nodes must be >= 2 for Bourgain anchor sets, got {num_nodes}")
-    g = _generator(generator)
     m = int(math.log2(num_nodes))
     copies = max(1, int(c * m))
+    # one permutation at a time, and the members of every set (about n per copy), with their set index
+    check_footprint(8.0 * num_nodes + 2 * 8.0 * num_nodes * copies, f"num_nodes={num_nodes}, c={c}",
+                    f"{m * copies:,} Bourgain anchor sets")
+    g = _generator(generator)
     sets = []
     for i in range(m):
         size = max(1, int(num_nodes / 2 ** (i + 1)))

@@ -37,6 +37,7 @@ import torch
 from scipy.sparse.csgraph import breadth_first_order
 
 from posenc._checks import check_choice, check_positive_int
+from posenc._resources import check_footprint
 from posenc.graph._validate import adjacency_csr
 from posenc.graph.anchors import AnchorSets
 
@@ -256,8 +257,12 @@ def anchor_distances(
         check_positive_int("max_distance", max_distance, minimum=0)
     if not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating dtype (inf marks unreachable), got {dtype}")
-    adj = adjacency_csr(edge_index, num_nodes, symmetrize=symmetrize)
     sets = _check_anchor_sets(anchors, num_nodes)
+    # the BFS's (K, n) int64 distances (and origins), the float copy and its move to the output dtype
+    per_pair = 8.0 * (2 if return_origin else 1) + 8.0 + dtype.itemsize + (8.0 if return_origin else 0.0)
+    check_footprint(per_pair * sets.num_sets * num_nodes, f"num_nodes={num_nodes}, {sets.num_sets} anchors",
+                    "the (n, K) anchor distances")
+    adj = adjacency_csr(edge_index, num_nodes, symmetrize=symmetrize)
     single = sets.nodes.numel() == sets.num_sets  # every set has one member
     if method == "auto":
         method = "scipy" if single and max_distance is None else "gather"

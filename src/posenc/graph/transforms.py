@@ -5,9 +5,12 @@ and the encoding is one of:
 
 * ``"inverse"``: ``s = 1 / (d + 1)``, ``0`` when unreachable (P-GNN's ``s``);
 * ``"distance"``: the hop count ``d`` itself; an unreachable anchor (or one beyond
-  ``max_distance``) gets the finite value ``unreachable`` (default: ``max_distance + 1``
-  with a cutoff, else the graph's node count ``n``, longer than any path), never
-  ``inf``, which a GNN would turn into NaN;
+  ``max_distance``) gets the finite value ``unreachable``, never ``inf``, which a GNN
+  would turn into NaN. The default is the same for every graph, so that one value means
+  one thing across a batch of graphs of different sizes: ``max_distance + 1`` with a
+  cutoff (one hop past it), else ``-1`` (no hop count is negative). For a value that
+  reads "farther than any path" without a cutoff, pass ``unreachable=`` a bound on the
+  dataset's distances (for example its largest node count);
 * ``"onehot"``: one-hot of ``min(d, max_distance)`` with one extra slot for
   "unreachable / farther", flattened to ``K * (max_distance + 2)`` columns.
 
@@ -43,6 +46,10 @@ from posenc.graph.distances import anchor_distances
 
 ENCODINGS = ("inverse", "distance", "onehot")
 
+#: ``encoding="distance"``'s default value for an unreachable anchor without ``max_distance``:
+#: below every hop count, and the same in every graph (a batch mixes graphs of different sizes).
+UNREACHABLE = -1.0
+
 #: Mixes the epoch into the seed of :meth:`AddAnchorPE.set_epoch` (a large odd constant).
 _EPOCH_STRIDE = 1_000_003
 
@@ -63,8 +70,8 @@ class AddAnchorPE(BaseTransform):
         resample: draw new anchors on every call (per epoch, as P-GNN does) instead
             of the same anchors from ``seed`` each time.
         unreachable: the value of ``encoding="distance"`` for an anchor that cannot be
-            reached (or lies beyond ``max_distance``): a finite number. Default
-            ``max_distance + 1`` with a cutoff, else ``n`` (the graph's node count).
+            reached (or lies beyond ``max_distance``): a finite number, the same for every
+            graph. Default ``max_distance + 1`` with a cutoff, else ``-1``.
 
     Example::
 
@@ -117,11 +124,12 @@ class AddAnchorPE(BaseTransform):
         check_positive_int("epoch", epoch, minimum=0)
         self._generator = torch.Generator().manual_seed(self.seed + _EPOCH_STRIDE * (epoch + 1))
 
-    def unreachable_value(self, num_nodes: int) -> float:
-        """The ``"distance"`` encoding's value for unreachable anchors in a graph of ``num_nodes`` nodes."""
+    @property
+    def unreachable_value(self) -> float:
+        """The ``"distance"`` encoding's value for unreachable anchors (the same in every graph)."""
         if self.unreachable is not None:
             return self.unreachable
-        return float(self.max_distance + 1) if self.max_distance is not None else float(num_nodes)
+        return float(self.max_distance + 1) if self.max_distance is not None else UNREACHABLE
 
     def forward(self, data: Data) -> Data:
         n = data.num_nodes
@@ -143,7 +151,7 @@ class AddAnchorPE(BaseTransform):
         if self.encoding == "inverse":
             pe = torch.where(torch.isfinite(dist), 1.0 / (dist + 1.0), torch.zeros_like(dist))
         elif self.encoding == "distance":
-            pe = torch.where(torch.isfinite(dist), dist, dist.new_tensor(self.unreachable_value(n)))
+            pe = torch.where(torch.isfinite(dist), dist, dist.new_tensor(self.unreachable_value))
         else:
             lab = torch.where(torch.isfinite(dist), dist, float(self.max_distance + 1)).long()
             pe = F.one_hot(lab, self.max_distance + 2).float().reshape(n, -1)
@@ -170,4 +178,4 @@ class AddAnchorPE(BaseTransform):
         )
 
 
-__all__ = ["ENCODINGS", "AddAnchorPE"]
+__all__ = ["ENCODINGS", "UNREACHABLE", "AddAnchorPE"]

@@ -29,6 +29,7 @@ from posenc._checks import (
     check_positive_int,
     check_tensor,
 )
+from posenc._resources import check_footprint, fit_bytes
 
 MODELS = ("linear", "mlp", "lstsq")
 ProgressFn = Callable[[int, int], None]
@@ -78,8 +79,13 @@ class FitResult:
 
 def make_mlp(in_features: int, out_features: int, hidden: int = 256, depth: int = 4) -> nn.Sequential:
     """``depth`` hidden ReLU layers of width ``hidden``, then a linear output layer."""
+    check_positive_int("in_features", in_features)
+    check_positive_int("out_features", out_features)
     check_positive_int("hidden", hidden)
     check_positive_int("depth", depth, minimum=0)
+    params = (in_features + 1) * hidden + (depth - 1) * (hidden + 1) * hidden + (hidden + 1) * out_features \
+        if depth else (in_features + 1) * out_features
+    check_footprint(4.0 * params, f"hidden={hidden}, depth={depth}", f"an MLP of {params:,} parameters")
     layers: list[nn.Module] = []
     width = in_features
     for _ in range(depth):
@@ -214,6 +220,15 @@ def fit_coordinates(
     check_positive_float("ridge", ridge, allow_zero=True)
     check_positive_int("chunk_size", chunk_size)
     encoding.check_input(train_x)
+    if model == "mlp":
+        check_positive_int("hidden", hidden)
+        check_positive_int("depth", depth, minimum=0)
+    n_eval = (0 if test_x is None else test_x.shape[0]) + (0 if predict_x is None else predict_x.shape[0])
+    # the CLI's estimate, from the sizes alone (before any feature is computed)
+    check_footprint(fit_bytes(train_x.shape[0], n_eval, int(encoding.out_dim), y.shape[1], model, hidden=hidden,
+                              depth=depth, chunk_size=chunk_size, max_feature_bytes=max_feature_bytes),
+                    f"out_dim={encoding.out_dim}, len(train_x)={train_x.shape[0]}",
+                    f"fit_coordinates ({model})")
 
     start = time.perf_counter()
     history: list[tuple[int, float]] = []

@@ -16,6 +16,8 @@ default :class:`SelfAttention` ignores them.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable
 
 import torch
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._checks import check_divisible, check_positive_int, check_tensor
+from posenc._resources import check_footprint
 from posenc.models.seeding import seeded_reset_parameters
 
 AttentionFactory = Callable[[int, int], nn.Module]
@@ -99,6 +102,16 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+def transformer_bytes(in_features: int, out_features: int, dim: int, depth: int, mlp_ratio: float,
+                      dtype: torch.dtype | None = None) -> float:
+    """Bytes of a :class:`TransformerEncoder`'s parameters (attention ``4 dim^2``, MLP ``2 dim hidden`` per
+    block), with the initialisation's temporaries (one parameter's worth)."""
+    item = getattr(dtype or torch.get_default_dtype(), "itemsize", 4)
+    hidden = max(1.0, float(dim) * mlp_ratio)
+    block = 4.0 * dim * (dim + 1) + 2.0 * dim * hidden + hidden + 5.0 * dim
+    return item * ((in_features + 1.0) * dim + depth * block + (dim + 1.0) * out_features + max(dim * hidden, dim * dim))
+
+
 class TransformerEncoder(nn.Module):
     """Tiny pre-LN transformer encoder over token sets, positional encoding added.
 
@@ -150,17 +163,23 @@ class TransformerEncoder(nn.Module):
         check_divisible("dim", dim, num_heads, f"split over num_heads={num_heads}")
         if encoding is not None and getattr(encoding, "out_dim", dim) != dim:
             raise ValueError(f"encoding must have out_dim == dim = {dim}, got out_dim={encoding.out_dim}")
+        if isinstance(mlp_ratio, (int, float)) and 0 < mlp_ratio < float("inf"):
+            check_footprint(transformer_bytes(in_features, out_features, dim, depth, mlp_ratio, dtype),
+                            f"dim={dim}, depth={depth}", "the transformer's parameters")
         if attention is None:
             def attention(d: int, h: int) -> nn.Module:
                 return SelfAttention(d, h, device=device, dtype=dtype)
         self.dim, self.depth, self.num_heads = dim, depth, num_heads
-        self.embed = nn.Linear(in_features, dim, device=device, dtype=dtype)
-        self.encoding = encoding
-        self.blocks = nn.ModuleList(
-            Block(dim, num_heads, mlp_ratio, attention, dropout, device, dtype) for _ in range(depth)
-        )
-        self.norm = nn.LayerNorm(dim, device=device, dtype=dtype)
-        self.head = nn.Linear(dim, out_features, device=device, dtype=dtype)
+        # with init_seed every parameter is redrawn from it below: the layers' default draws must not
+        # consume the caller's RNG
+        with contextlib.nullcontext() if init_seed is None else torch.random.fork_rng(devices=[]):
+            self.embed = nn.Linear(in_features, dim, device=device, dtype=dtype)
+            self.encoding = encoding
+            self.blocks = nn.ModuleList(
+                Block(dim, num_heads, mlp_ratio, attention, dropout, device, dtype) for _ in range(depth)
+            )
+            self.norm = nn.LayerNorm(dim, device=device, dtype=dtype)
+            self.head = nn.Linear(dim, out_features, device=device, dtype=dtype)
         self.init_seed = init_seed
         if init_seed is not None:
             seeded_reset_parameters(self, init_seed, skip=[encoding])

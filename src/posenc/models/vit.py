@@ -26,10 +26,13 @@ shift and scale; in evaluation mode the grid is shared.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_domain, check_positive_int, check_tensor
+from posenc._resources import check_footprint
 from posenc.models.seeding import seeded_reset_parameters
 from posenc.models.transformer import AttentionFactory, TransformerEncoder
 
@@ -52,6 +55,7 @@ def patch_positions(rows: int, cols: int, kind: str = "index", *, domain: tuple[
     check_positive_int("rows", rows)
     check_positive_int("cols", cols)
     check_choice("kind", kind, ("index", "continuous"))
+    check_footprint(4 * 2 * 8.0 * rows * cols, f"rows={rows}, cols={cols}", "the patch positions")
     r = torch.arange(rows, device=device)
     c = torch.arange(cols, device=device)
     grid = torch.stack(torch.meshgrid(r, c, indexing="ij"), dim=-1).reshape(-1, 2)
@@ -117,11 +121,18 @@ class TinyViT(nn.Module):
         check_positive_int("num_classes", num_classes)
         self.patch_size = check_positive_int("patch_size", patch_size)
         self.positions_kind = check_choice("positions", positions, ("index", "continuous"))
-        self.patch_embed = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size, device=device, dtype=dtype)
-        self.encoder = TransformerEncoder(
-            dim, num_classes, dim=dim, depth=depth, num_heads=num_heads, encoding=encoding,
-            mlp_ratio=mlp_ratio, attention=attention, dropout=dropout, device=device, dtype=dtype,
-        )
+        check_positive_int("dim", dim)
+        item = getattr(dtype or torch.get_default_dtype(), "itemsize", 4)
+        check_footprint(2.0 * item * in_channels * dim * patch_size**2, f"patch_size={patch_size}, dim={dim}",
+                        "the patch embedding")
+        # with init_seed every parameter is redrawn from it below: the default draws of the layers'
+        # constructors must not consume the caller's RNG (paired runs leave the global RNG alone)
+        with contextlib.nullcontext() if init_seed is None else torch.random.fork_rng(devices=[]):
+            self.patch_embed = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size, device=device, dtype=dtype)
+            self.encoder = TransformerEncoder(
+                dim, num_classes, dim=dim, depth=depth, num_heads=num_heads, encoding=encoding,
+                mlp_ratio=mlp_ratio, attention=attention, dropout=dropout, device=device, dtype=dtype,
+            )
         # The patch embedding already projects to dim; the encoder's input Linear stays
         # (a learned mixing of the patch features), which keeps the encoder reusable.
         self.cls = nn.Parameter(torch.empty(1, 1, dim, device=device, dtype=dtype)) if cls_token else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments.cape import CLAIMS, VARIANTS, plan, summarize
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_ms, markdown_table
+from posenc.report.tables import fmt_holm, fmt_interval, fmt_ms, markdown_table
 
 LABELS = {
     "none": "no position",
@@ -67,26 +67,23 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
     return [f"![accuracy against test resolution, and convergence]({save_figure('resolution', fig)})"]
 
 
-def _diff(c: dict) -> str:
-    if c["mean"] is None:
-        return "–"
-    if c["low"] is None:
-        return f"{c['mean']:+.3f} (n = {c['n']})"
-    return f"{c['mean']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] (n = {c['n']})"
-
-
 def claims_lines(claims: dict) -> list[str]:
-    out = ["**Claims** (paired per-seed differences at the equal budget: mean [95% interval] (n) → verdict; "
-           "*detectable*: the smallest true difference these seeds detect with 80% power at the 5% level, from "
-           "the observed spread; runs that had not converged are named).", ""]
+    family = max((c.get("holm_family", 0) for c in claims.values()), default=0)
+    out = ["**Claims** (paired per-seed differences over the seeds whose two runs converged: mean [95% interval] "
+           "(n) → verdict, then the verdict after Holm's adjustment over the section's "
+           f"{family} claims; no verdict is read from fewer than 3 converged pairs; *detectable*: the smallest true "
+           "difference these seeds detect with 80% power at the 5% level, from the observed spread).", ""]
     for name, c in claims.items():
         metric = "at the training resolution" if c["metric"] == "train" else "mean away from the training resolution"
         det = c.get("detectable")
         det_text = f"; detectable ≥ {det:.3f}" if det is not None else "; detectable: – (fewer than 2 pairs)"
         margin = f", margin ±{c['margin']:g}" if c["direction"] == "equal" else ""
+        nc = c.get("not_converged") or {}
+        left = (" — left out, not converged: " + "; ".join(f"{v} seeds {', '.join(map(str, s))}" for v, s in nc.items())
+                if nc else "")
         note = f" — {c['note']}" if c.get("note") else ""
         out.append(f"- {CLAIM_TEXT.get(name, name)}: `{c['method']}` − `{c['baseline']}` ({metric}{margin}): "
-                   f"{_diff(c)} → **{c['verdict']}**{det_text}{note}.")
+                   f"{fmt_interval(c)} → **{c['verdict']}**; Holm: **{fmt_holm(c)}**{det_text}{note}{left}.")
     return out
 
 
@@ -124,8 +121,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     tol = f"{summary['converge_tol']:g}" if summary.get("converge_tol") is not None else "the tolerance"
     if nc:
         out.append(f"**Not converged** (validation accuracy at the training resolution still moving by more than "
-                   f"{tol} over the last third of training; the claims that use them are read at the equal budget and "
-                   "say so): " + "; ".join(f"{v} (seeds {', '.join(map(str, s))})" for v, s in nc.items()) + ".")
+                   f"{tol} over the last third of training; left out of every claim that uses them): "
+                   + "; ".join(f"{v} (seeds {', '.join(map(str, s))})" for v, s in nc.items()) + ".")
     else:
         out.append(f"Every run converged (validation accuracy within {tol} over the last third of training).")
     out.append("")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments import coords
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_ms, markdown_table, verdict
+from posenc.report.tables import fmt_holm, fmt_interval, fmt_ms, markdown_table, verdict
 
 
 def render(summary: dict, save_figure: FigureSaver) -> str:
@@ -35,10 +35,19 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     parts.append(markdown_table(
         ["encoding", "model", "parameters", "train PSNR", "test PSNR", "stable rank", "DP width", "interp"], rows))
 
-    parts += ["", "### Claims", ""]
+    parts += ["", "### Claims", "",
+              "Paired differences over (seed, signal) pairs of the same fits: mean [95 % interval] (n): verdict, "
+              "then the verdict after Holm's adjustment over these claims; single checks say confirmed or not.", ""]
     for name, c in summary["claims"].items():
-        nums = ", ".join(f"{k}={_num(v)}" for k, v in c.items() if k != "holds")
-        parts.append(f"- `{name}`: {verdict(c['holds'])} ({nums})")
+        if "verdict" in c:
+            extra = f"; training PSNR {fmt_ms(c['train_psnr'])} dB" if c.get("train_psnr") else ""
+            note = f" — {c['note']}" if c.get("note") else ""
+            margin = f" (margin {c['margin']:g} dB)" if c.get("margin") else ""
+            parts.append(f"- `{name}`: {c['method']} − {c['baseline']}, {c['metric']}{margin}: "
+                         f"{fmt_interval(c)} → **{c['verdict']}**; after Holm: {fmt_holm(c)}{extra}{note}")
+        else:
+            nums = ", ".join(f"{k}={_num(v)}" for k, v in c.items() if k != "holds")
+            parts.append(f"- `{name}`: {verdict(c['holds'])} ({nums})")
 
     # sigma sweep figure and table
     parts += ["", "### The sigma sweep: underfitting, optimum, memorisation", ""]

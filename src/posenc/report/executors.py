@@ -58,12 +58,14 @@ class Task:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What came back for a task: a result and its seconds, or an error line."""
+    """What came back for a task: a result, its seconds and the floating-point paths it ran on
+    (:func:`posenc.report.provenance.numerics_label`), or an error line."""
 
     key: str
     result: dict | None
     seconds: float
     error: str | None = None
+    numerics: str | None = None
 
 
 def available_cores() -> int:
@@ -75,10 +77,11 @@ def available_cores() -> int:
 
 
 #: what the forkserver imports before it forks the local workers: torch, and what the jobs of the
-#: report import on their first call (scikit-learn's datasets, for the embedded images and digits,
-#: cost ~1.5 s per worker on an idle core and ~5 s on a loaded one; Pillow). A module that is not
-#: installed is skipped (by multiprocessing).
-PRELOAD = ("torch", "posenc.report.executors", "sklearn.datasets", "PIL.Image")
+#: report import on their first call (torch._dynamo, which torch.optim pulls in: ~1.2 s per worker;
+#: scikit-learn's datasets, for the embedded images and digits, cost ~1.5 s per worker on an idle
+#: core and ~5 s on a loaded one; Pillow). A module that is not installed is skipped (by
+#: multiprocessing).
+PRELOAD = ("torch", "torch._dynamo", "posenc.report.executors", "sklearn.datasets", "PIL.Image")
 
 #: at most this many local workers, or torch threads per job, per core this process may use:
 #: beyond it nothing runs faster, and every worker is a process holding torch (~200 MB), every
@@ -113,14 +116,16 @@ def _error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {msg[0]}" if msg else type(err).__name__
 
 
-def execute(run: Callable[[Any], dict], config: Any, threads: int) -> tuple[dict, float]:
-    """Run one job with ``threads`` torch threads; return ``(result, seconds)``.
+def execute(run: Callable[[Any], dict], config: Any, threads: int) -> tuple[dict, float, str]:
+    """Run one job with ``threads`` torch threads; return ``(result, seconds, numerics)``.
 
     The result is made strict-JSON here (NaN -> None, tensors -> lists), so what
-    travels back to the driver is plain data.
+    travels back to the driver is plain data; ``numerics`` names the floating-point
+    paths it ran on (:func:`posenc.report.provenance.numerics_label`).
     """
     import torch
 
+    from posenc.report.provenance import numerics_label
     from posenc.report.store import _clean
 
     old = torch.get_num_threads()
@@ -131,10 +136,20 @@ def execute(run: Callable[[Any], dict], config: Any, threads: int) -> tuple[dict
         seconds = time.perf_counter() - t0
     finally:
         torch.set_num_threads(old)
-    return _clean(result), seconds
+    return _clean(result), seconds, numerics_label()
+
+
+def probe_numerics() -> str:
+    """:func:`posenc.report.provenance.numerics_label` of the process it runs in (a worker's)."""
+    from posenc.report.provenance import numerics_label
+
+    return numerics_label()
 
 
 def _init_worker(threads: int) -> None:
+    from posenc.report.provenance import pin_numerics
+
+    pin_numerics()  # before this process runs any operation (the forkserver only imported torch)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     import torch
@@ -170,10 +185,14 @@ class InlineExecutor:
             return []
         task = self._queue.pop(0)
         try:
-            result, seconds = execute(task.run, task.config, task.threads)
+            result, seconds, numerics = execute(task.run, task.config, task.threads)
         except Exception as err:  # noqa: BLE001 - reported as the job's failure
             return [Outcome(task.key, None, 0.0, _error_line(err))]
-        return [Outcome(task.key, result, seconds)]
+        return [Outcome(task.key, result, seconds, numerics=numerics)]
+
+    def numerics(self) -> str:
+        """The floating-point paths jobs run on here (this process's)."""
+        return probe_numerics()
 
     def close(self) -> None:
         self._queue.clear()
@@ -211,6 +230,7 @@ class LocalExecutor:
         self._futures: dict[Future, Task] = {}
         self._attempts: dict[str, int] = {}
         self._unstarted: set[Future] = set()
+        self._numerics: str | None = None
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -239,6 +259,19 @@ class LocalExecutor:
         except BrokenProcessPool:  # noticed (and the pool replaced) at the first real wait()
             pass
 
+    def numerics(self) -> str:
+        """The floating-point paths the workers run jobs on (asked of one of them, once)."""
+        if self._numerics is None:
+            for attempt in range(self.max_retries + 1):
+                try:
+                    self._numerics = self._get_pool().submit(probe_numerics).result()
+                    break
+                except BrokenProcessPool:
+                    if attempt == self.max_retries:
+                        raise RuntimeError("the local workers died before they could run a job") from None
+                    self._pool = None
+        return self._numerics
+
     def submit(self, task: Task) -> None:
         self._attempts.setdefault(task.key, 0)
         try:
@@ -261,14 +294,14 @@ class LocalExecutor:
         for future in done:
             task = self._futures.pop(future)
             try:
-                result, seconds = future.result()
+                result, seconds, numerics = future.result()
             except BrokenProcessPool:
                 broken.append((task, future in self._unstarted))
                 continue
             except Exception as err:  # noqa: BLE001 - the job raised in its worker
                 out.append(Outcome(task.key, None, 0.0, _error_line(err)))
                 continue
-            out.append(Outcome(task.key, result, seconds))
+            out.append(Outcome(task.key, result, seconds, numerics=numerics))
         if broken:
             # A worker died (killed, out of memory, segfault): the pool is unusable. Replace it
             # and resubmit every job that was in flight, counting an attempt for each.
@@ -340,8 +373,14 @@ class RayExecutor:
         if threads > cpus:
             raise ValueError(f"threads ({threads}) exceeds the Ray cluster's {cpus} CPUs")
         self.slots = max_in_flight or max(1, cpus // threads)
+        from posenc.report.provenance import NUMERICS_ENV
+
+        # every task's worker pins the same floating-point paths before it computes anything
+        runtime_env = {"env_vars": dict(NUMERICS_ENV)}
         self._remote = ray.remote(execute).options(num_cpus=threads, max_retries=max_retries,
-                                                   retry_exceptions=False)
+                                                   retry_exceptions=False, runtime_env=runtime_env)
+        self._probe = ray.remote(probe_numerics).options(num_cpus=threads, runtime_env=runtime_env)
+        self._numerics: str | None = None
         self._refs: dict[Any, Task] = {}
 
     def _start_local(self, num_cpus: int | None, kwargs: dict) -> None:
@@ -357,6 +396,12 @@ class RayExecutor:
             else:
                 os.environ["PYTHONPATH"] = old
         self._started = True
+
+    def numerics(self) -> str:
+        """The floating-point paths Ray's workers run jobs on (asked of one of them, once)."""
+        if self._numerics is None:
+            self._numerics = self._ray.get(self._probe.remote())
+        return self._numerics
 
     def submit(self, task: Task) -> None:
         ref = self._remote.remote(task.run, task.config, task.threads)
@@ -376,14 +421,14 @@ class RayExecutor:
         for ref in ready:
             task = self._refs.pop(ref)
             try:
-                result, seconds = ray.get(ref)
+                result, seconds, numerics = ray.get(ref)
             except ray.exceptions.RayTaskError as err:
                 cause = err.cause if getattr(err, "cause", None) is not None else err
                 out.append(Outcome(task.key, None, 0.0, _error_line(cause)))
             except ray.exceptions.RayError as err:  # worker died more than max_retries times, etc.
                 out.append(Outcome(task.key, None, 0.0, f"{type(err).__name__}: {str(err).splitlines()[0]}"))
             else:
-                out.append(Outcome(task.key, result, seconds))
+                out.append(Outcome(task.key, result, seconds, numerics=numerics))
         return out
 
     def close(self) -> None:

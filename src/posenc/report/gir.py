@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from posenc.experiments.gir import FUSION_MARGIN, TIE_TOL, plan, summarize
+from posenc.experiments.gir import TIE_TOL, plan, summarize
 from posenc.report.section import FigureSaver, Section
+from posenc.report.tables import claims_markdown
 
 PAPER = {
     # P-GNN paper Table 1/2 (ROC AUC) and the re-run of its code recorded in REFERENCES.md Sec. 5.
@@ -24,12 +25,15 @@ def _fmt(cell: dict | None) -> str:
     return "—" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
 
-def _verdict(ok: bool | None) -> str:
-    return {True: "**confirmed**", False: "**not confirmed**", None: "not tested"}[ok]
+CLAIM_TEXT = {
+    "gir_ge_pgnn": f"GIR is at least as good as P-GNN (GIR − P-GNN > −{TIE_TOL} AUC)",
+    "gir_far_above_gnn": "GIR is far above standard GNNs (GIR − GNN > 0.1 AUC)",
+    "fusion_helps": "Fusing GIR into a standard GNN improves it (fused − plain)",
+}
 
 
 def render(summary: dict, save_figure: FigureSaver) -> str:
-    table, claims, verdicts = summary["table"], summary["claims"], summary["verdicts"]
+    table, claims = summary["table"], summary["claims"]
     settings = list(table)
     epochs = sorted({c["epochs"] for row in table.values() for c in row.values()})
     lines = [
@@ -51,36 +55,13 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     if refs:
         lines += ["", "Reference numbers (P-GNN paper / its code): "
                   + "; ".join(f"{s} {m}: {v}" for s, m, v in refs) + "."]
-    lines += ["", "**Claims.**", ""]
-    ge = claims["gir_ge_pgnn"]
-    if ge:
-        def _rel(c: dict) -> str:
-            if abs(c["delta"]) <= TIE_TOL:
-                return "tie"
-            return "≥" if c["holds"] else ("<, within one std" if c["within_noise"] else "<")
-
-        detail = ", ".join(f"{s}: GIR {c['gir']:.3f} vs best P-GNN {c['pgnn_best']:.3f} ({_rel(c)})"
-                           for s, c in ge.items())
-        lines.append(f"- GIR is at least as good as P-GNN (up to {TIE_TOL} AUC): "
-                     f"{_verdict(verdicts['gir_ge_pgnn'])} ({detail}).")
-    far = claims["gir_far_above_gnn"]
-    if far:
-        detail = ", ".join(f"{s}: +{c['delta']:.3f} over the best standard GNN ({c['gnn_best']:.3f})"
-                           if c["delta"] >= 0 else f"{s}: {c['delta']:.3f} vs the best standard GNN"
-                           for s, c in far.items())
-        lines.append(f"- GIR is far above standard GNNs (margin ≥ 0.1 AUC): {_verdict(verdicts['gir_far_above_gnn'])} "
-                     f"({detail}).")
-    fus = claims["fusion_helps"]
-    if fus:
-        wins = sum(c["holds"] for c in fus.values())
-        detail = ", ".join(f"{k}: {c['plain']:.3f} → {c['fused']:.3f}" for k, c in fus.items())
-        lines.append(f"- Fusing GIR into a standard GNN improves it: {_verdict(verdicts['fusion_helps'])} "
-                     f"in {wins}/{len(fus)} cases ({detail}).")
-        both = [c for c in fus.values() if c.get("beats_both") is not None]
-        if both:
-            lines.append(f"  The fused model beats *both* the GNN and GIR alone (by > {FUSION_MARGIN} AUC) in "
-                         f"{sum(c['beats_both'] for c in both)}/{len(both)} cases; otherwise the gain is that of the "
-                         "GIR branch alone.")
+    lines += ["", *claims_markdown(claims, CLAIM_TEXT)]
+    nc = summary.get("not_converged") or []
+    conv = summary.get("convergence") or {}
+    if nc:
+        lines += ["", f"Not converged (validation AUC still rising by more than {conv.get('tol')} between the last two "
+                  f"quarters of training; left out of every claim that uses them): "
+                  + ", ".join(f"`{k}`" for k in nc) + "."]
     variants = []
     for s in settings:
         row = table[s]

@@ -7,6 +7,7 @@ from typing import Any
 
 from posenc.experiments import krpe as exp
 from posenc.report.section import FigureSaver, Section
+from posenc.report.tables import fmt_holm, fmt_interval
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -76,9 +77,14 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                               (f"{task}_norm_rpe_close_to_softmax", "normalised q/k + RPE within 0.05 of softmax + RPE")):
                 c = claims.get(key)
                 if c:
-                    nums = ", ".join(f"{k} {v:.3f}" for k, v in c.items() if k != "holds" and isinstance(v, float))
-                    out.append(f"- {text}: **{_verdict(c)}** ({nums}).")
+                    note = f" — {c['note']}" if c.get("note") else ""
+                    out.append(f"- {text}: {c['method']} − ({c['baseline']} {c['shift']:+g}), paired per seed: "
+                               f"{fmt_interval(c)} → **{c['verdict']}**; after Holm: {fmt_holm(c)}{note}.")
             out.append("")
+        if summary.get("not_converged"):
+            out.append("Not converged (training loss still falling over the last quarter of steps, or diverged; left "
+                       "out of the claims that use them): " + ", ".join(f"`{k}`" for k in summary["not_converged"])
+                       + ".\n")
         out.append(f"![training loss per task]({save_figure('train', _train_figure(train))})\n")
         out.append("Training loss: mean over seeds (line) and the range of the seeds (band); one colour per "
                    "variant, the same in both panels.\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments import lff as exp
 from posenc.report.section import FigureSaver, Section
+from posenc.report.tables import fmt_holm, fmt_interval
 
 LABELS = {
     "none": "none",
@@ -38,18 +39,6 @@ def _ms(d: dict | None, fmt: str = ".3f") -> str:
     if d is None or d.get("mean") is None:
         return "–"
     return f"{d['mean']:{fmt}} ± {d['std']:{fmt}}"
-
-
-def _fmt(x: float) -> str:
-    return f"{x:+.3f}"
-
-
-def _diff(c: dict) -> str:
-    if c["mean"] is None:
-        return "– (no converged pair)"
-    if c["low"] is None:
-        return f"{_fmt(c['mean'])} (n = {c['n']})"
-    return f"{_fmt(c['mean'])} [{_fmt(c['low'])}, {_fmt(c['high'])}] (n = {c['n']})"
 
 
 def _score(x: float) -> str:
@@ -232,17 +221,21 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     claims = summary.get("claims", {})
     if claims:
         lines += ["### Claims: LFF + MLP − baseline over paired, converged seeds", "",
-                  "| claim (metric, LFF better if) | vs | mean [95 % interval] (n) | verdict | δ₈₀ | "
+                  "| claim (metric, LFF better if) | vs | mean [95 % interval] (n) | verdict | after Holm | δ₈₀ | "
                   "seeds left out (not converged) |",
-                  "|---|---|---|---|---:|---|"]
+                  "|---|---|---|---|---|---:|---|"]
         for name, c in claims.items():
             for i, (base, d) in enumerate(c["vs"].items()):
                 label = f"{CLAIM_TEXT.get(name, name)} (`{c['metric']}`, {c['direction']})" if i == 0 else ""
                 left = ", ".join(map(str, d.get("excluded", []))) or "–"
-                lines.append(f"| {label} | {LABELS[base]} | {_diff(d)} | **{d['verdict']}** | {_power(d)} | {left} |")
+                lines.append(f"| {label} | {LABELS[base]} | {fmt_interval(d)} | **{d['verdict']}** | {fmt_holm(d)} | "
+                             f"{_power(d)} | {left} |")
+        n_family = max((d.get("holm_family", 0) for c in claims.values() for d in c["vs"].values()), default=0)
         lines += ["", "δ₈₀ = (t₀.₉₇₅ + t₀.₈₀)·s/√n with s the standard deviation of the paired differences: a "
                   "true difference smaller than δ₈₀ will usually read \"not confirmed at this scale\" with these "
-                  "seeds.", ""]
+                  f"seeds. *After Holm*: the verdict with the {n_family} comparisons of the section taken as one "
+                  "family (Holm's step-down adjustment of their decision p-values at 5 %); a claim with fewer than "
+                  "3 converged pairs reads \"not decided\".", ""]
     cost = summary.get("cost")
     if cost and cost.get("timed"):
         lines += [f"Cost: {cost['cpu_seconds']:.0f} s of CPU (process time) over the {cost['timed']} timed runs of "

@@ -34,6 +34,7 @@ from posenc.report.store import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    OTHER_CODE,
     read_summary,
 )
 
@@ -228,6 +229,8 @@ def _execute_jobs(
     claim_timeout: float,
     on_done: Callable[[Job, dict, bool], None],
     lists: dict[str, Any],
+    code_of: Callable[[Job, str], dict],
+    numerics: str,
 ) -> None:
     """Claim, submit and store ``todo`` through ``executor``; the driver alone writes the store.
 
@@ -250,17 +253,20 @@ def _execute_jobs(
                 job = queue[i]
                 if job.alone and held:
                     break  # wait until everything in flight has finished
-                cfg = job.config_dict()
-                record = store.load(name, job.key, cfg)
+                claim = store.claim(name, job.key, claim_timeout)
+                if claim is None:
+                    elsewhere.append(queue.pop(i))
+                    continue
+                # look for the record once the claim is ours: owners save, then release, so a job
+                # another driver finished meanwhile is seen here (a look before claiming could miss
+                # one saved and released between that look and the claim)
+                record = store.load(name, job.key, job.config_dict(), code_of(job, numerics), job.schema)
                 if record is not None:  # finished by another driver meanwhile
+                    claim.release()
                     queue.pop(i)
                     lists["skipped"].append(job.key)
                     on_done(job, record, True)
                     progressed = True
-                    continue
-                claim = store.claim(name, job.key, claim_timeout)
-                if claim is None:
-                    elsewhere.append(queue.pop(i))
                     continue
                 keeper.add(claim)
                 queue.pop(i)
@@ -272,8 +278,12 @@ def _execute_jobs(
             if held:
                 for outcome in executor.wait(timeout=1.0):
                     job, claim = held.pop(outcome.key)
-                    if outcome.error is None:
-                        record = store.save(name, job.key, job.config_dict(), outcome.result, outcome.seconds)
+                    if outcome.error is None and outcome.numerics not in (None, numerics):
+                        lists["failed"][job.key] = (f"NumericsMismatch: ran on {outcome.numerics}, not on the run's "
+                                                    f"{numerics} (not stored)")
+                    elif outcome.error is None:
+                        record = store.save(name, job.key, job.config_dict(), outcome.result, outcome.seconds,
+                                            code_of(job, outcome.numerics or numerics))
                         lists["computed"].append(job.key)
                         on_done(job, record, False)
                     else:
@@ -325,14 +335,18 @@ def run_section(
             only when the section is summarised, i.e. no shard and no keys).
         claim_timeout: seconds after which a claim nobody refreshed is taken over.
         notice: called with one line for each stored job record that is torn or not a valid
-            record (see :func:`posenc.report.store.check_job_record`): it is recomputed.
+            record (see :func:`posenc.report.store.check_job_record`), and one line for the
+            records made by other code (see :mod:`posenc.report.provenance`): they are recomputed.
 
     Returns:
         ``{"record": summary record or None, "jobs": {"computed", "skipped",
         "claimed_elsewhere": [keys], "failed": {key: error}, "invalid": {key: why}},
         "results": {key: stored record}}`` (``invalid``: records found torn or invalid and
-        recomputed; ``results``: the records of this run's jobs that finished).
+        recomputed; ``other_code``: records made by other code, recomputed; ``results``: the
+        records of this run's jobs that finished).
     """
+    from posenc.report.provenance import code_signature, describe_code
+
     section = get_section(name)
     jobs = plan_jobs(name, profile, seeds)
     mine = select_jobs(jobs, shard, keys)
@@ -344,8 +358,15 @@ def run_section(
     state = {"done": 0.0, "count": 0, "computed_s": 0.0}
     results: dict[str, dict] = {}
     records: dict[str, dict] = {}
-    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}, "invalid": {}}
+    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}, "invalid": {},
+                             "other_code": {}}
     start = time.perf_counter()
+    own = executor is None
+    executor = executor or InlineExecutor()
+    numerics = executor.numerics()  # the paths this engine's jobs run on
+
+    def code_of(job: Job, ran_on: str) -> dict:
+        return code_signature(job.run, ran_on)
 
     def on_done(job: Job, record: dict, skipped: bool) -> None:
         results[job.key] = record["result"]
@@ -359,8 +380,10 @@ def run_section(
 
     todo = []
     for job in mine:
-        record, problem = store.lookup(name, job.key, job.config_dict())
-        if problem is not None:
+        record, problem = store.lookup(name, job.key, job.config_dict(), code_of(job, numerics), job.schema)
+        if problem is not None and problem.startswith(OTHER_CODE):
+            lists["other_code"][job.key] = problem[len(OTHER_CODE):]
+        elif problem is not None:
             lists["invalid"][job.key] = problem
             if notice is not None:
                 notice(f"{store.path(name, job.key)} is not a valid job record ({problem}); recomputing it")
@@ -369,10 +392,15 @@ def run_section(
         else:
             lists["skipped"].append(job.key)
             on_done(job, record, True)
-    own = executor is None
-    executor = executor or InlineExecutor()
+    if lists["other_code"] and notice is not None:
+        olds = sorted(set(lists["other_code"].values()))
+        notice(f"{len(lists['other_code'])} stored record(s) of section {name!r} in {out} were made by other code "
+               f"({'; '.join(olds[:2])}{' ...' if len(olds) > 2 else ''}), not by this code "
+               f"({describe_code(code_of(mine[0], numerics))}); recomputing them (keep the old results by "
+               f"running the code that made them, or use a fresh --out)")
     try:
-        _execute_jobs(name, todo, store, executor, threads, wait_for_others, claim_timeout, on_done, lists)
+        _execute_jobs(name, todo, store, executor, threads, wait_for_others, claim_timeout, on_done, lists,
+                      code_of, numerics)
     finally:
         if own:
             executor.close()
@@ -386,10 +414,10 @@ def run_section(
     # plan order, whatever order the jobs finished in: the same summary from every run
     summary = section.summarize({job.key: results[job.key] for job in jobs if job.key in results})
     markdown = section.render(summary, _save_figure_factory(out, name))
-    job_seconds = {}
-    for job in jobs:
-        rec = store.load(name, job.key, job.config_dict())
-        job_seconds[job.key] = rec["seconds"] if rec else None
+    job_seconds = {job.key: records[job.key]["seconds"] if job.key in records else None for job in jobs}
+    codes = {f"{r['code']['source']} {r['code']['numerics']}" for r in records.values()}
+    if len(codes) > 1:  # pragma: no cover - every record was checked against one code above
+        raise RuntimeError(f"section {name!r} mixes records of {len(codes)} code versions: {sorted(codes)}")
     record = {
         "section": name,
         "title": section.title,
@@ -397,6 +425,8 @@ def run_section(
         "seeds": seeds,
         "command": " ".join(argv) if argv else None,
         "versions": versions(),
+        # what made every job record of this summary (they all match it: see posenc.report.provenance)
+        "code": code_of(jobs[0], numerics) if jobs else None,
         "quick_budget_s": section.quick_budget_s,
         "compute_seconds": sum(v for v in job_seconds.values() if v),
         "wall_seconds_this_run": time.perf_counter() - start,
@@ -453,7 +483,7 @@ def run_job(
     res = run_section(section, profile, Path(out), seeds, keys=[key], threads=threads, wait_for_others=False)
     if res["jobs"]["failed"]:
         raise JobsFailed({f"{section}/{k}": v for k, v in res["jobs"]["failed"].items()})
-    record = store.load(section, key, job.config_dict())
+    record = res["results"].get(key)
     if record is None:
         raise RuntimeError(f"job {section}/{key} is claimed by another live process")
     return record
@@ -555,7 +585,9 @@ def reproduce(
             summary file that is not valid.
     """
     from posenc.report.executors import default_threads
+    from posenc.report.provenance import pin_numerics
 
+    pin_numerics()  # for jobs run in this process: takes effect if it has not computed anything yet
     names = list(names) if names else list(SECTIONS)
     for name in names:
         get_section(name)  # fail early on an unknown name

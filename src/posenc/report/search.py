@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from posenc.experiments.search import PARAM_FREE, PILOT, SEP, plan, summarize
+from posenc.experiments.search import PARAM_FREE, SEP, plan, summarize
 from posenc.report.section import FigureSaver, Section
 from posenc.report.tables import fmt_ms, markdown_table
 
@@ -22,8 +22,8 @@ CLAIM_TEXT = {
     "param_free_gap_fixed": "mechanism: magnitude keeps more parameter-free ops than PT with α fixed (same seed)",
     "magnitude_drift": "mechanism: magnitude's share of parameter-free ops grows along supernet training "
                        "(last checkpoint − first)",
-    "pt_beats_magnitude": "outcome: PT's pick, retrained, is more accurate than magnitude's (test accuracy)",
-    "pt_fixed_beats_magnitude": "outcome: PT with α fixed beats magnitude (retrained, test accuracy)",
+    "pt_beats_magnitude": "outcome: PT's pick, trained alone, is more accurate than magnitude's (test accuracy)",
+    "pt_fixed_beats_magnitude": "outcome: PT with α fixed beats magnitude (trained alone, test accuracy)",
     "pt_fixed_vs_pt": "outcome: PT with α fixed ≥ PT with α trained (the paper's NAS-Bench-201 finding)",
     "magnitude_beats_random": "ground truth: magnitude's pick beats the space's mean",
     "pt_beats_random": "ground truth: PT's pick beats the space's mean",
@@ -47,7 +47,10 @@ def _diff(c: dict, scale: float, unit: str) -> str:
     d = 2 if unit else 3
     lo, hi = c.get("low"), c.get("high")
     interval = "[n/a]" if lo is None or hi is None else f"[{scale * lo:+.{d}f}, {scale * hi:+.{d}f}]"
-    return f"{scale * c['mean']:+.{d}f}{unit} {interval} (n={c['n']}): **{c['verdict']}**"
+    size = f"n={c['n']}" if "rows" not in c else f"{c['rows']} supernet seeds × {c['columns']} training seeds"
+    holm = c.get("holm_verdict")
+    holm_text = f"; Holm over the space's {c['holm_family']} claims: **{holm}**" if holm and c.get("holm_family") else ""
+    return f"{scale * c['mean']:+.{d}f}{unit} {interval} ({size}): **{c['verdict']}**{holm_text}"
 
 
 def _tests(test: dict | None) -> str:
@@ -64,8 +67,11 @@ def _detectable(c: dict, scale: float, unit: str) -> str:
     if c.get("detectable") is None:
         return "too few seeds to state a detectable difference"
     if c["detectable"] == 0:
-        return "every paired difference is equal, so any non-zero shift would show"
-    return f"detects ≥ {scale * c['detectable']:.{2 if unit else 3}f}{unit} (80 % power)"
+        return "no spread: nothing is read from a zero-width interval"
+    text = f"its own spread detects ≥ {scale * c['detectable']:.{2 if unit else 3}f}{unit} (80 % power)"
+    if c.get("seeds_needed") and c.get("mean"):
+        text += f"; {c['seeds_needed']} seeds would detect the observed {scale * abs(c['mean']):.{2 if unit else 3}f}{unit}"
+    return text
 
 
 def _claims(claims: dict) -> list[str]:
@@ -74,7 +80,10 @@ def _claims(claims: dict) -> list[str]:
         acc = name.endswith("magnitude") and "gap" not in name or name.endswith("_vs_pt") or name.endswith("random")
         scale, unit = (100.0, " pts") if acc else (1.0, "")
         note = f" — {c['note']}" if c.get("note") else ""
-        lines.append(f"- {CLAIM_TEXT.get(name, name)}: {_diff(c, scale, unit)} ({_tests(c.get('test'))}; "
+        if c.get("excluded"):
+            note += f" (left out: seeds {', '.join(map(str, c['excluded']))})"
+        tests = _tests(c.get("test"))
+        lines.append(f"- {CLAIM_TEXT.get(name, name)}: {_diff(c, scale, unit)} ({tests + '; ' if tests else ''}"
                      f"{_detectable(c, scale, unit)}){note}")
     return lines
 
@@ -127,8 +136,8 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
         ax.set_xlim(-0.4, len(sels) - 0.6)
         ax.set_xticks(range(len(sels)), [LABELS[s].split(" (")[0].replace(", ", "\n") for s in sels], fontsize=8)
         if k == 0:
-            ax.set_ylabel("retrained test accuracy (%)")
-        ax.set_title(f"{space}: picks retrained (one line per seed)", fontsize=10)
+            ax.set_ylabel("stand-alone test accuracy (%)")
+        ax.set_title(f"{space}: picks trained alone (one line per seed)", fontsize=10)
     handles, labels = [], []
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -137,7 +146,7 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
                 labels.append(lab)
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
-    out.append(f"![parameter-free share along training, and the retrained picks]({save_figure('picks', fig)})")
+    out.append(f"![parameter-free share along training, and the picks trained alone]({save_figure('picks', fig)})")
     plt.close(fig)
     return out
 
@@ -155,11 +164,14 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         "accuracy with each op masked, batches of 64 with batch statistics, a random edge per step (one normal "
         "and one reduction edge in DARTS cells, then topology), 5 tuning epochs between decisions with one "
         "persistent SGD at 0.0025 and α updated (DARTS+PT) or fixed. **Mechanism**: the share of parameter-free "
-        "ops (`none`, `skip`, `noise`) among the kept edges. **Outcome**: every pick is retrained from scratch "
-        "with one recipe (SGD 0.025, cosine, on training + validation) and one initial draw per supernet seed, "
-        "and scored by its test accuracy; discretised supernets are never compared. Claims are paired per "
-        "supernet seed: mean [95 % t interval] (n): verdict, with a t-test and a Wilcoxon test, and the "
-        "smallest difference the seeds detect with 80 % power (from the observed spread).",
+        "ops (`none`, `skip`, `noise`) among the kept edges. **Outcome**: the stand-alone test accuracy of each "
+        "pick, trained from scratch with one recipe (SGD 0.025, cosine, on training + validation); discretised "
+        "supernets are never compared. Where the space is enumerated, every architecture is trained alone on "
+        "several training seeds (the ground truth), and a pick on supernet seed s is scored by every training "
+        "seed: the interval of such a claim carries both spreads (supernet seeds × training seeds, a crossed "
+        "design). Elsewhere every pick is retrained with one initial draw per supernet seed. Claims read only "
+        "runs that converged: mean [95 % t interval]: verdict, a Holm-adjusted verdict over the claims of the "
+        "space, and the smallest difference the claim's own spread detects with 80 % power.",
         "",
     ]
     if summary.get("cpu_s"):
@@ -172,32 +184,23 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         out.append(f"#### `{space}`: {SPACE_TEXT.get(space, space)}")
         out.append("")
         out.append(f"{n_edges} searchable edges ({', '.join(f'`{o}`' for o in part['ops'])}). Supernets: " + "; ".join(
-            f"{v} α: {r['converged']}/{r['n']} converged, validation accuracy {_ms_pct(r['val_acc'])} %"
+            f"{v} α: {r['converged']}/{r['n']} converged (claims read only those), validation accuracy "
+            f"{_ms_pct(r['val_acc'])} %"
             for v, r in part["supernets"].items()) + ".")
         out.append("")
-        design = part.get("design")
-        if design:
-            out += [f"**Power.** {design['n']} supernet seeds. The effect this profile is designed for: a pilot on "
-                    f"digits (3 stacked DARTS-like cells of {{skip, sep_conv_3x3}}, 50 epochs, 4 seeds; run before "
-                    f"this section existed) measured a skip-share difference of +{PILOT['mean']:.3f} "
-                    f"[+{PILOT['low']:.2f}, +{PILOT['high']:.2f}], a per-seed spread of {design['pilot_sd']:.3f}: "
-                    f"with that spread {design['n']} seeds detect a difference of {design['detectable']:.3f} (80 % "
-                    f"power), and an effect of the pilot's size would "
-                    f"{'hold' if design['pilot_would_hold'] else 'not hold'} (interval half-width "
-                    f"{design['half_width']:.3f}). Each claim below states what its own spread lets the seeds detect.",
-                    ""]
         gt = part.get("gt")
         body = []
         for sel, row in part["selectors"].items():
             common = ", ".join(f"`{a}` ×{n}" for a, n in list(row["picks"].items())[:2])
             cells = [LABELS[sel], row["seeds"], f"{row['param_free']['mean']:.2f} ± {row['param_free']['std']:.2f}",
-                     _ms_pct(row["test"])]
+                     _ms_pct(row.get("gt_test") if gt else row.get("test"))]
             if gt:
                 cells += [fmt_ms(row.get("gt_percentile"), 1), f"{row.get('optimum_hits', 0)}/{row['seeds']}"]
             body.append(cells + [common])
-        header = ["selector", "seeds", "parameter-free share", "retrained test acc. (%)"]
+        header = ["selector", "seeds", "parameter-free share",
+                  "stand-alone test acc. of the pick (%)" if gt else "retrained test acc. (%)"]
         if gt:
-            header += ["ground-truth percentile", "picked the optimum"]
+            header += ["ground-truth percentile", "picked the best or a tie"]
         out.append(markdown_table(header + ["most frequent picks"], body))
         out.append("")
         if part.get("magnitude_by_epoch"):
@@ -206,10 +209,23 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             out.append("")
         if gt:
             best = gt["best"]
-            out.append(f"Ground truth: all {gt['n_archs']} architectures trained alone with the retraining recipe "
-                       f"({gt['converged']}/{gt['runs']} runs converged); best `{best}` "
-                       f"{_pct(gt['table'][best]['test'])} %, mean of the space {_pct(gt['random_test'])} %; edges "
-                       f"in the order {', '.join(f'`{e}`' for e in part['edges'])}.")
+            flagged = gt.get("unconverged_archs") or []
+            out.append(f"Ground truth: all {gt['n_archs']} architectures trained alone with the retraining recipe on "
+                       f"{gt['seeds']} training seeds ({gt['converged']}/{gt['runs']} runs converged); edges in the "
+                       f"order {', '.join(f'`{e}`' for e in part['edges'])}.")
+            if best is not None:
+                out.append(f"Best `{best}` {_pct(gt['table'][best]['test'])} %; tied with it: "
+                           f"{', '.join(f'`{a}`' for a in gt['tied'])} ({gt['tie_rule']}). Mean of the space over "
+                           f"the architectures whose runs converged: {_pct(gt['random_test'])} %.")
+            if flagged:
+                out.append("Not converged on every seed, so left out of the mean and of the claims: "
+                           + ", ".join(f"`{a}` ({gt['table'][a]['converged']}/{gt['table'][a]['seeds']} runs, "
+                                       f"{_pct(gt['table'][a]['test'])} %)" for a in flagged) + ".")
+            out.append("")
+            out.append(markdown_table(["architecture", "test acc. (%)", "per training seed (%)", "converged"], [
+                [f"`{a}`", f"{_pct(g['test'])} ± {_pct(g['test_std'])}",
+                 ", ".join(_pct(v) for v in g["per_seed"].values()), f"{g['converged']}/{g['seeds']}"]
+                for a, g in gt["table"].items()]))
             out.append("")
         if part.get("claims"):
             out += _claims(part["claims"])

@@ -105,7 +105,10 @@ def config_digest(config: Any) -> str:
 
 
 #: the fields of a job record, in the order they are written (``checksum`` last)
-JOB_FIELDS = ("key", "digest", "config", "seconds", "result", "checksum")
+JOB_FIELDS = ("key", "digest", "config", "code", "seconds", "result", "checksum")
+#: the fields of a record's ``code`` (:func:`posenc.report.provenance.code_signature`) and their types
+CODE_FIELDS: dict[str, tuple[type, ...]] = {"posenc": (str,), "source": (str,), "torch": (str,), "numerics": (str,),
+                                            "commit": (str, type(None))}
 
 
 def _checksum(fields: dict) -> str:
@@ -118,14 +121,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_job_record(record: Any, key: str, digest: str | None = None) -> str | None:
+def check_job_record(record: Any, key: str, digest: str | None = None,
+                     schema: Any = None) -> str | None:
     """Why ``record`` (parsed JSON) is not a valid job record of ``key``; ``None`` if it is.
 
     Schema: an object with exactly the fields of :data:`JOB_FIELDS`: ``key`` (this key),
     ``digest`` (a string; when ``digest`` is given, equal to it), ``config`` (an object),
-    ``seconds`` (a finite number >= 0), ``result`` (a non-empty object) and ``checksum``
-    (the sha256 of the other fields, so that a value changed by hand or by a bad disk is
-    caught too; a record written before posenc wrote checksums has none, and is recomputed).
+    ``code`` (what made it: an object with the fields of :data:`CODE_FIELDS`; a record
+    written before records named their code has none, and is recomputed), ``seconds`` (a
+    finite number >= 0), ``result`` (a non-empty object; with ``schema``, one that
+    :func:`posenc.report.schema.check` accepts: every value of the type the section's
+    summary reads) and ``checksum`` (the sha256 of the other fields, so that a value
+    changed by hand or by a bad disk is caught too).
     """
     if not isinstance(record, dict):
         return f"not a JSON object but {type(record).__name__ if record is not None else 'null'}"
@@ -142,7 +149,11 @@ def check_job_record(record: Any, key: str, digest: str | None = None) -> str | 
     if digest is not None and record["digest"] != digest:
         return "made by another config (its digest differs)"
     if not isinstance(record["config"], dict):
-        return f"'config' is not an object: {record['config']!r}"
+        return f"'config' is not an object: {record['config']!r}"[:200]
+    code = record["code"]
+    if not isinstance(code, dict) or set(code) != set(CODE_FIELDS) \
+            or not all(isinstance(code[f], types) for f, types in CODE_FIELDS.items()):
+        return f"'code' is not an object with string fields {', '.join(CODE_FIELDS)}: {code!r}"[:200]
     if not _is_number(record["seconds"]) or record["seconds"] < 0:
         return f"'seconds' is not a finite number >= 0: {record['seconds']!r}"
     if not isinstance(record["result"], dict) or not record["result"]:
@@ -155,7 +166,17 @@ def check_job_record(record: Any, key: str, digest: str | None = None) -> str | 
         return "a value that strict JSON does not allow"
     if record["checksum"] != expected:
         return "its checksum does not match its contents (changed after it was written)"
+    if schema is not None:
+        from posenc.report.schema import check
+
+        problem = check(record["result"], schema, "result")
+        if problem is not None:
+            return problem
     return None
+
+
+#: how :meth:`JobStore.lookup` starts the reason of a valid record made by other code
+OTHER_CODE = "made by other code: "
 
 
 class InvalidSummary(ValueError):
@@ -216,9 +237,10 @@ class JobStore:
     """Finished jobs of one run directory: ``DIR/jobs/<section>/<key>.json``.
 
     A job counts as finished only if its file exists, parses, is a valid record
-    (:func:`check_job_record`: every field of the right type, its checksum intact)
-    and was produced by the same config (its digest matches); anything else is
-    recomputed.
+    (:func:`check_job_record`: every field of the right type, its checksum intact, its
+    result of the section's schema), was produced by the same config (its digest
+    matches) and by the same code (its ``code`` names this source, torch and
+    numerics; see :mod:`posenc.report.provenance`); anything else is recomputed.
 
     Args:
         root: the run directory.
@@ -235,14 +257,23 @@ class JobStore:
     def path(self, section: str, key: str) -> Path:
         return self.root / "jobs" / section / f"{key}.json"
 
-    def load(self, section: str, key: str, config: Any) -> dict | None:
-        """The finished record of ``key`` for ``config``, or ``None`` (missing, another config, invalid)."""
-        return self.lookup(section, key, config)[0]
+    def load(self, section: str, key: str, config: Any, code: dict | None = None,
+             schema: Any = None) -> dict | None:
+        """The finished record of ``key`` for ``config`` (and ``code``), or ``None`` (missing,
+        another config or code, invalid)."""
+        return self.lookup(section, key, config, code, schema)[0]
 
-    def lookup(self, section: str, key: str, config: Any) -> tuple[dict | None, str | None]:
+    def lookup(self, section: str, key: str, config: Any, code: dict | None = None,
+               schema: Any = None) -> tuple[dict | None, str | None]:
         """``(record, None)`` for a finished job; ``(None, None)`` when it is missing or was made by
         another config (both simply recomputed); ``(None, why)`` when its file is torn or not a
-        valid record (:func:`check_job_record`), which a run reports before recomputing it."""
+        valid record (:func:`check_job_record`, with the section's result ``schema``), which a run
+        reports before recomputing it.
+
+        With ``code`` (:func:`posenc.report.provenance.code_signature`), a valid record made by
+        other code is not reused: ``(None, OTHER_CODE + description)``, which a run counts and
+        reports once per section before recomputing those jobs.
+        """
         path = self.path(section, key)
         try:
             with open(path, "rb") as fh:
@@ -255,18 +286,26 @@ class JobStore:
             record = json.loads(blob.decode("utf-8"))
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return None, "torn or not JSON"
-        problem = check_job_record(record, key)
+        problem = check_job_record(record, key, schema=schema)
         if problem is not None:
             return None, problem
         if record["digest"] != config_digest(config):
             return None, None  # a valid record of another config: recompute, nothing to report
+        if code is not None:
+            from posenc.report.provenance import describe_code, same_code
+
+            if not same_code(record["code"], code):
+                return None, OTHER_CODE + describe_code(record["code"])
         return record, None
 
-    def save(self, section: str, key: str, config: Any, result: Any, seconds: float) -> dict:
+    def save(self, section: str, key: str, config: Any, result: Any, seconds: float, code: dict) -> dict:
+        """Write the record of a finished job (``code``: what computed it, see
+        :func:`posenc.report.provenance.code_signature`) and return it."""
         record = {
             "key": key,
             "digest": config_digest(config),
             "config": _clean(config),
+            "code": _clean(code),
             "seconds": seconds,
             "result": _clean(result),
         }

@@ -41,13 +41,35 @@ def fmt_diff(diff: dict | None, digits: int = 3) -> str:
     return f"{diff['mean']:+.{digits}f} {interval} (n={diff['n']}): {diff['verdict']}"
 
 
+def fmt_interval(diff: dict, digits: int = 3, empty: str = "– (no converged pair)") -> str:
+    """``+0.031 [+0.010, +0.052] (n = 5)``; ``+0.031 (n = 1)`` without an interval; ``empty`` without a mean."""
+    if diff.get("mean") is None:
+        return empty
+    if diff.get("low") is None or diff.get("high") is None:
+        return f"{diff['mean']:+.{digits}f} (n = {diff['n']})"
+    return f"{diff['mean']:+.{digits}f} [{diff['low']:+.{digits}f}, {diff['high']:+.{digits}f}] (n = {diff['n']})"
+
+
+def fmt_holm(diff: dict) -> str:
+    """The Holm-adjusted verdict of a comparison (:func:`posenc.experiments.stats.holm_verdicts`):
+    ``"holds (p_Holm = 0.012)"``, or ``"–"`` for a comparison outside the family."""
+    if diff.get("holm_verdict") is None:
+        return "–"
+    p = diff.get("p_holm")
+    return f"{diff['holm_verdict']}" + (f" (p_Holm = {p:.2g})" if p is not None else "")
+
+
 def claims_markdown(claims: dict, text: dict[str, str]) -> list[str]:
     """Markdown lines for claims made of paired comparisons: the claim's verdict, then each
     comparison's mean [95% interval] (n) and verdict (``claims[name]["comparisons"]``)."""
-    out = ["**Claims** (paired per-seed differences, mean [95% interval] (n): verdict).", ""]
+    out = ["**Claims** (paired per-seed differences over the seeds whose runs converged, mean [95% interval] "
+           "(n): verdict; after Holm: the verdict with every comparison of the section in one family; no verdict "
+           "from fewer than 3 converged pairs).", ""]
     for name, claim in claims.items():
         out.append(f"- {text.get(name, name)}: **{claim['verdict']}**.")
         for c in claim["comparisons"]:
             note = f" — {c['note']}" if c.get("note") else ""
-            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}): {fmt_diff(c)}{note}")
+            holm = f"; after Holm: {fmt_holm(c)}" if c.get("holm_verdict") is not None else ""
+            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}): {fmt_diff(c)}{holm}"
+                       f"{note}")
     return out

@@ -5,7 +5,8 @@ training, and two ways to read an architecture off a trained supernet: the magni
 ``alpha`` (DARTS) and the perturbation-based selection of DARTS-PT (Wang et al., "Rethinking
 Architecture Selection in Differentiable NAS", ICLR 2021), with the defaults of the authors'
 code. Any ``nn.Module`` holding :class:`MixedOp` edges is a supernet; :class:`EncodingSearch`
-searches the position encoding of a user's own transformer and :func:`apply_selection` turns
+searches the position encoding of a user's own transformer (:func:`choose_encoding` picks it
+in one call, within a training budget) and :func:`apply_selection` turns
 a discretised supernet into a plain network. Search spaces: NAS-Bench-201-like and DARTS
 cells for small images (stacked, with normal and reduction cells), the RobustDARTS spaces
 S1-S4, and a positional-encoding space over the transformer testbed.
@@ -13,6 +14,7 @@ S1-S4, and a positional-encoding space over the transformer testbed.
 
 from posenc.search.apply import apply_selection
 from posenc.search.batches import Batches, check_data
+from posenc.search.choose import CHOICE_SELECTORS, DEFAULT_CHOICE_SELECTOR, choose_encoding, race_plan
 from posenc.search.darts import ROBUST_DARTS, DartsCell, DartsNet, robust_darts_ops
 from posenc.search.encoding import ENCODING_CANDIDATES, AddEncoding, EncodingSearch
 from posenc.search.mixed import ALPHA_INITS, MixedOp, PrunedEdge
@@ -50,7 +52,11 @@ from posenc.search.spaces import (
     is_darts_space,
 )
 from posenc.search.supernet import (
+    ALPHA_TRAVEL,
     BN_MODES,
+    DARTS_RECIPE,
+    ENCODING_RECIPE,
+    alpha_lr,
     arch_parameters,
     batch_statistics,
     evaluate,
@@ -64,7 +70,12 @@ from posenc.search.tuning import SCHEDULES, Finetune, make_finetune, tuning_epoc
 
 __all__ = [
     "ALPHA_INITS",
+    "ALPHA_TRAVEL",
     "BN_MODES",
+    "CHOICE_SELECTORS",
+    "DARTS_RECIPE",
+    "DEFAULT_CHOICE_SELECTOR",
+    "ENCODING_RECIPE",
     "CONV_SPACES",
     "CRITERIA",
     "DARTS_OPS",
@@ -98,12 +109,14 @@ __all__ = [
     "Selection",
     "SepConv",
     "Zero",
+    "alpha_lr",
     "apply_selection",
     "arch_parameters",
     "architecture_id",
     "batch_statistics",
     "build_space",
     "check_data",
+    "choose_encoding",
     "darts_pt",
     "derive_settings",
     "digits_splits",
@@ -115,6 +128,7 @@ __all__ = [
     "make_op",
     "mixed_ops",
     "perturbation_select",
+    "race_plan",
     "robust_darts_ops",
     "run_search",
     "search_space",

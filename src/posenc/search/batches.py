@@ -65,7 +65,9 @@ class Batches:
         self.name = name
         self.pair: tuple[torch.Tensor, torch.Tensor] | None = None
         self.iterable: Iterable | None = None
-        if is_pair(data):
+        if isinstance(data, Batches):  # already checked: keep its data
+            self.pair, self.iterable = data.pair, data.iterable
+        elif is_pair(data):
             self.pair = check_data(name, data)
         elif isinstance(data, (torch.Tensor, str, bytes)) or not isinstance(data, Iterable):
             raise TypeError(f"{name} must be a pair (inputs, targets) of tensors or an iterable of such pairs "

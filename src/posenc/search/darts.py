@@ -228,6 +228,17 @@ class DartsNet(nn.Module):
                        ("num_cells", num_cells), ("in_channels", in_channels), ("stem_multiplier", stem_multiplier)):
             check_positive_int(arg, v)
         per_edge = _per_edge(ops, num_nodes)
+        from posenc.search.footprint import guard_cell_net
+
+        guard_cell_net(DartsNet, dict(channels=channels, num_classes=num_classes, ops=ops, num_nodes=num_nodes,
+                                      in_channels=in_channels, stem_multiplier=stem_multiplier,
+                                      share_alpha=share_alpha, affine=affine,
+                                      track_running_stats=track_running_stats, pool_bn=pool_bn,
+                                      sep_repeats=sep_repeats, dtype=dtype),
+                       channels=channels, num_cells=num_cells, num_nodes=num_nodes,
+                       n_ops=max(len(o) for t in per_edge.values() for o in t), reductions=2, device=device,
+                       dtype=dtype)
+        self.in_channels = in_channels
         self.num_nodes, self.num_cells, self.share_alpha = num_nodes, num_cells, bool(share_alpha)
         self.channels, self.ops_per_edge = channels, per_edge
         self.cell_types = [("reduce" if c in (num_cells // 3, 2 * num_cells // 3) else "normal")
@@ -310,8 +321,9 @@ class DartsNet(nn.Module):
         return [g for g in groups if g]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 4:
-            raise ValueError(f"x must have shape (batch, channels, H, W), got {tuple(x.shape)}")
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"x must have shape (batch, {self.in_channels} channels (in_channels), H, W), "
+                             f"got {tuple(x.shape)}")
         s0 = s1 = self.stem(x)
         for cell in self.cells:
             s0, s1 = s1, cell(s0, s1)

@@ -16,6 +16,7 @@ table starts at std 0.02, a sinusoid at about 0.7).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,10 +24,12 @@ import torch
 from torch import nn
 
 from posenc._checks import check_positive_int
+from posenc._resources import check_footprint
 from posenc.search.mixed import MixedOp
 from posenc.search.ops import Zero
 
-__all__ = ["ENCODING_CANDIDATES", "AddEncoding", "EncodingBranch", "EncodingSearch", "encoding_candidate", "grid_positions"]
+__all__ = ["ENCODING_CANDIDATES", "AddEncoding", "EncodingBranch", "EncodingSearch", "candidates_nbytes",
+           "encoding_candidate", "grid_positions"]
 
 #: Default candidates of :class:`EncodingSearch`.
 ENCODING_CANDIDATES: tuple[str, ...] = ("none", "sinusoidal", "learned_table", "lff")
@@ -94,6 +97,37 @@ class EncodingBranch(nn.Module):
         return f"grid={self.grid}, prefix_tokens={self.prefix_tokens}, continuous={self.continuous}"
 
 
+def _candidate_kwargs(name: str, dim: int, grid: Sequence[int], seed: int, kwargs: Mapping[str, Any]) -> dict:
+    kw: dict[str, Any] = {"in_dim": len(grid), "num_features": dim}
+    if name == "learned_table":
+        kw["grid_size"] = tuple(grid) if len(grid) > 1 else grid[0]
+    if name in _SEEDED:
+        kw["seed"] = seed
+    kw.update(kwargs)
+    return kw
+
+
+def candidates_nbytes(candidates: Sequence[str], dim: int, grid: Sequence[int], *, seed: int = 0,
+                      encoding_kwargs: Mapping[str, Mapping[str, Any]] | None = None) -> float:
+    """Bytes (float32) of the parameters and buffers of :class:`EncodingSearch`'s named candidates,
+    from the arguments alone (:func:`posenc.encodings.encoding_footprint`), plus one output of
+    ``prod(grid) x dim`` per candidate (what a forward pass holds)."""
+    from posenc.encodings import encoding_footprint
+
+    tokens = float(math.prod(int(g) for g in grid))
+    total = 0.0
+    for name in candidates:
+        if name == "none":
+            continue
+        kw = _candidate_kwargs(name, dim, grid, seed, (encoding_kwargs or {}).get(name, {}))
+        try:
+            fp = encoding_footprint(name, **kw)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"candidates: {name!r} cannot encode a {len(grid)}D grid to dim={dim}: {err}") from None
+        total += 4.0 * (float(fp.parameters) + float(fp.buffers)) + 4.0 * tokens * float(dim)
+    return total
+
+
 def encoding_candidate(name: str, dim: int, grid: Sequence[int], *, prefix_tokens: int = 0, normalize: bool = True,
                        seed: int = 0, **kwargs: Any) -> nn.Module:
     """One candidate of :class:`EncodingSearch`: ``'none'`` (:class:`~posenc.search.Zero`) or an
@@ -102,12 +136,7 @@ def encoding_candidate(name: str, dim: int, grid: Sequence[int], *, prefix_token
 
     if name == "none":
         return Zero()
-    kw: dict[str, Any] = {"in_dim": len(grid), "num_features": dim}
-    if name == "learned_table":
-        kw["grid_size"] = tuple(grid) if len(grid) > 1 else grid[0]
-    if name in _SEEDED:
-        kw["seed"] = seed
-    kw.update(kwargs)
+    kw = _candidate_kwargs(name, dim, grid, seed, kwargs)
     try:
         enc = create_encoding(name, **kw)
     except (TypeError, ValueError) as err:
@@ -154,7 +183,11 @@ class EncodingSearch(MixedOp):
                  **kwargs: Any) -> None:
         check_positive_int("dim", dim)
         check_positive_int("prefix_tokens", prefix_tokens, minimum=0)
-        grid_t = (grid,) if isinstance(grid, int) and not isinstance(grid, bool) else tuple(grid)
+        if isinstance(grid, bool) or not (isinstance(grid, int) or (isinstance(grid, Sequence)
+                                                                     and not isinstance(grid, str))):
+            raise TypeError(f"grid must be an int n (a sequence of n tokens) or a pair (rows, cols), "
+                            f"got {type(grid).__name__} ({grid!r})")
+        grid_t = (grid,) if isinstance(grid, int) else tuple(grid)
         if not 1 <= len(grid_t) <= 2:
             raise ValueError(f"grid must be n or (rows, cols), got {grid!r}")
         for g in grid_t:
@@ -168,12 +201,17 @@ class EncodingSearch(MixedOp):
             unknown = [k for k in extra if k not in candidates]
             if unknown:
                 raise ValueError(f"encoding_kwargs names encodings that are not candidates: {unknown}")
+            check_footprint(candidates_nbytes(candidates, dim, grid_t, seed=seed, encoding_kwargs=extra),
+                            f"dim={dim}, grid={grid_t}", f"EncodingSearch over {list(candidates)}")
             ops = [(n, encoding_candidate(n, dim, grid_t, prefix_tokens=prefix_tokens, normalize=normalize,
                                           seed=seed, **extra.get(n, {}))) for n in candidates]
         super().__init__(ops, **kwargs)
         self.dim, self.grid, self.prefix_tokens = dim, grid_t, prefix_tokens
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor of token features (batch, tokens, {self.dim}), got "
+                            f"{getattr(x, 'dtype', type(x).__name__)}: embed integer token ids first")
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (batch, tokens, {self.dim}), got {tuple(x.shape)}")
         if self.outputs_zero():

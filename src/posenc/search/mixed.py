@@ -110,6 +110,7 @@ class MixedOp(nn.Module):
             self.reset_parameters()
         self._chosen: str | None = None
         self._pruned = False
+        self._decided_by: str | None = None
         self._masked: set[str] = set()
 
     # ------------------------------------------------------------------ sharing
@@ -156,6 +157,12 @@ class MixedOp(nn.Module):
     def pruned(self, value: bool) -> None:
         self._root()._pruned = bool(value)
 
+    @property
+    def decided_by(self) -> str | None:
+        """The call that discretised or pruned the edge (``'magnitude_select()'``,
+        ``'MixedOp.discretize()'``, ``'load_state_dict()'``, ...); ``None`` while undecided."""
+        return None if self.undecided else (self._root()._decided_by or "MixedOp.discretize()")
+
     def _check_name(self, name: object, arg: str = "name") -> str:
         if name not in self.names:
             raise ValueError(f"{arg} must be one of this edge's ops {', '.join(map(repr, self.names))}; got {name!r}")
@@ -170,10 +177,13 @@ class MixedOp(nn.Module):
             raise ValueError(f"MixedOp extra state must be {{'chosen', 'pruned'}}, got {state!r}")
         if self._leader is not None:
             return  # the leader's own entry restores the shared state
-        chosen = state["chosen"]
+        chosen, pruned = state["chosen"], state["pruned"]
         if chosen is not None:
             self._check_name(chosen, "state_dict 'chosen'")
-        self._chosen, self._pruned = chosen, bool(state["pruned"])
+        if not isinstance(pruned, bool):
+            raise TypeError(f"state_dict 'pruned' must be True or False, got {type(pruned).__name__} ({pruned!r})")
+        self._chosen, self._pruned = chosen, pruned
+        self._decided_by = None if chosen is None and not pruned else "load_state_dict()"
 
     @property
     def masked_ops(self) -> frozenset[str]:
@@ -241,13 +251,24 @@ class MixedOp(nn.Module):
         finally:
             store.difference_update(added)
 
-    def discretize(self, name: str) -> None:
-        """Keep op ``name`` alone, with weight 1 (the edge becomes that op)."""
-        self.chosen = self._check_name(name)
+    def discretize(self, name: str, *, by: str = "MixedOp.discretize()") -> None:
+        """Keep op ``name`` alone, with weight 1 (the edge becomes that op).
 
-    def prune(self) -> None:
-        """Remove the edge (topology selection): its output becomes 0."""
+        Args:
+            name: one of :attr:`names`.
+            by: the call that decided (reported by :attr:`decided_by`).
+        """
+        self.chosen = self._check_name(name)
+        self._root()._decided_by = by
+
+    def prune(self, *, by: str = "MixedOp.prune()") -> None:
+        """Remove the edge (topology selection): its output becomes 0.
+
+        Args:
+            by: the call that decided (reported by :attr:`decided_by`).
+        """
         self.pruned = True
+        self._root()._decided_by = by
 
     @contextlib.contextmanager
     def removed(self) -> Iterator[MixedOp]:
@@ -263,6 +284,7 @@ class MixedOp(nn.Module):
         """Undo :meth:`discretize` and :meth:`prune` (``alpha`` is untouched)."""
         self.chosen = None
         self.pruned = False
+        self._root()._decided_by = None
 
     def reset(self) -> None:
         """Deprecated alias of :meth:`clear_selection` (it never reset parameters)."""

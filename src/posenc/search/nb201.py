@@ -138,6 +138,14 @@ class NB201MicroNet(nn.Module):
             check_positive_int(arg, v)
         check_positive_int("num_nodes", num_nodes, minimum=2)
         ops = _check_ops(ops)
+        from posenc.search.footprint import guard_cell_net
+
+        guard_cell_net(NB201MicroNet, dict(channels=channels, num_classes=num_classes, ops=ops, num_nodes=num_nodes,
+                                           in_channels=in_channels, share_alpha=share_alpha, affine=affine,
+                                           track_running_stats=track_running_stats, pool=pool, dtype=dtype),
+                       channels=channels, num_cells=num_cells, num_nodes=num_nodes, n_ops=len(ops), reductions=0,
+                       device=device, dtype=dtype)
+        self.in_channels = in_channels
         self.ops_names, self.share_alpha = ops, bool(share_alpha)
         cell_choices: list[dict[str, str] | None] = [None] * num_cells
         if choices is not None:
@@ -174,8 +182,9 @@ class NB201MicroNet(nn.Module):
         return {f"cells.{c}.edges.{e}": ops for c in range(num_cells) for e in NB201Cell.edge_names(num_nodes)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 4:
-            raise ValueError(f"x must have shape (batch, channels, H, W), got {tuple(x.shape)}")
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"x must have shape (batch, {self.in_channels} channels (in_channels), H, W), "
+                             f"got {tuple(x.shape)}")
         h = self.stem(x)
         for cell in self.cells:
             h = cell(h)

@@ -14,6 +14,7 @@ decision, topology selection after the operations, and no ``'none'`` in the deri
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,15 +23,31 @@ from torch import nn
 from posenc._checks import check_choice, check_positive_float, check_positive_int
 from posenc.search.batches import Data
 from posenc.search.selection import CRITERIA, Selection, magnitude_select, perturbation_select, topology_select
-from posenc.search.supernet import evaluate, mixed_ops, train_darts
+from posenc.search.batches import Batches
+from posenc.search.supernet import OLD_NAMES, _check_seed, evaluate, mixed_ops, resolve_recipe, train_darts
 from posenc.search.tuning import Finetune, tuning_epochs
 
 __all__ = ["SELECTORS", "darts_pt", "derive_settings", "digits_splits", "run_search"]
 
 #: Selectors of :func:`run_search` (and ``posenc search --selector``).
 SELECTORS: tuple[str, ...] = ("pt", "pt-fixed", "magnitude")
-_TRAIN_KEYS = ("batch_size", "w_lr", "w_lr_min", "a_lr", "w_optimizer", "w_momentum", "w_weight_decay",
+_TRAIN_KEYS = ("batch_size", "lr", "lr_min", "a_lr", "optimizer", "momentum", "weight_decay",
                "a_weight_decay", "grad_clip", "loss_fn")
+
+
+def _train_kwargs(train_kwargs: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """``train_kwargs`` with the deprecated ``w_*`` names mapped to :func:`train_network`'s."""
+    kw = dict(train_kwargs or {})
+    if not isinstance(train_kwargs, (Mapping, type(None))):
+        raise TypeError(f"train_kwargs must be a mapping of train_darts keywords, got {type(train_kwargs).__name__}")
+    for old, new in OLD_NAMES.items():
+        if old in kw:
+            if new in kw:
+                raise ValueError(f"train_kwargs gives both {new!r} and its deprecated name {old!r}")
+            warnings.warn(f"{where}: train_kwargs[{old!r}] is deprecated; use {new!r} (train_network's name)",
+                          DeprecationWarning, stacklevel=3)
+            kw[new] = kw.pop(old)
+    return kw
 
 
 def derive_settings(model: nn.Module) -> dict[str, Any]:
@@ -53,15 +70,22 @@ def derive_settings(model: nn.Module) -> dict[str, Any]:
 def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = False,
              a_optimizer: Any = None, proj_intv: int = 5, finetune_epochs: float | None = None,
              criterion: str = "accuracy", seed: int = 0, train_kwargs: Mapping[str, Any] | None = None,
-             progress: Callable[[int, int, dict], None] | None = None) -> tuple[Selection, Selection | None]:
+             progress: Callable[[int, int, dict], None] | None = None,
+             keep_none: bool = True) -> tuple[Selection, Selection | None]:
     """DARTS-PT's selection on a trained supernet, as the authors' code runs it; discretises
     (and prunes) ``model`` in place.
 
+    ``keep_none=True`` (the default) scores every op of an edge, ``'none'`` included, as the
+    authors' ``project_op`` does: in a space with ``'none'`` (RobustDARTS S3) an edge keeps
+    ``'none'`` when no other op's removal lowers the validation accuracy, and that edge then
+    stays zero in the supernet (the authors' genotype prints such an edge as
+    ``skip_connect``; posenc reports ``'none'``). ``keep_none=False`` never keeps ``'none'``
+    (the model's ``derive_exclude``, as DARTS's genotype and posenc's earlier default).
+
     Operation selection (:func:`~posenc.search.perturbation_select` over the model's
-    :func:`derive_settings`: one edge of each group per step, ``'none'`` never kept in a DARTS
-    cell), then topology selection where the model has DARTS nodes, with the tuning of
+    :func:`derive_settings`: one edge of each group per step), then topology selection where the model has DARTS nodes, with the tuning of
     :class:`~posenc.search.Finetune` after each step: ``proj_intv`` epochs
-    (:func:`~posenc.search.tuning_epochs`), one persistent SGD at ``w_lr / 10``, and
+    (:func:`~posenc.search.tuning_epochs`), one persistent SGD at ``lr / 10``, and
     ``alpha`` updated unless ``fixed_alpha``.
 
     Args:
@@ -70,7 +94,9 @@ def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = Fa
         fixed_alpha: the fixed-alpha variant (no ``alpha`` steps while tuning).
         a_optimizer: the optimizer of ``alpha`` to continue (``train_darts``'s ``"a_optimizer"``).
         proj_intv, finetune_epochs, criterion, seed, progress: as in :func:`run_search`.
-        train_kwargs: the supernet's :func:`~posenc.search.train_darts` keywords.
+        train_kwargs: the supernet's :func:`~posenc.search.train_darts` keywords
+            (:func:`~posenc.search.train_network`'s names; the former ``w_*`` names still work,
+            with a ``DeprecationWarning``).
 
     Returns:
         ``(operation selection, topology selection or None)``.
@@ -79,8 +105,12 @@ def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = Fa
     check_positive_int("proj_intv", proj_intv)
     if finetune_epochs is not None:
         check_positive_float("finetune_epochs", finetune_epochs, allow_zero=True)
-    kw = dict(train_kwargs or {})
+    kw = _train_kwargs(train_kwargs, "darts_pt")
+    _check_seed(seed)
     edges = mixed_ops(model)
+    train, val = Batches("train", train), Batches("val", val)
+    recipe = resolve_recipe(edges, {k: kw.get(k) for k in ("lr", "momentum", "weight_decay", "a_lr")}, {},
+                            where="darts_pt")
     how = derive_settings(model)
     groups = how["groups"] or [list(edges)]
     op_steps = max(len([e for e in g if edges[e].undecided]) for g in groups)
@@ -91,13 +121,17 @@ def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = Fa
         schedule = tuning_epochs(max(1, op_steps + topo_steps), proj_intv,
                                  space="darts" if how["nodes"] else "nb201")
     bs = kw.get("batch_size", 64)
-    tune = Finetune(train, val, epochs=schedule, lr=kw.get("w_lr", 0.025) / 10,
-                    momentum=kw.get("w_momentum", 0.9), weight_decay=kw.get("w_weight_decay", 3e-4),
-                    grad_clip=kw.get("grad_clip", 5.0), fixed_alpha=fixed_alpha, a_lr=kw.get("a_lr", 3e-4),
+    tune = Finetune(train, val, epochs=schedule, lr=recipe["lr"] / 10,
+                    momentum=recipe["momentum"], weight_decay=recipe["weight_decay"],
+                    grad_clip=kw.get("grad_clip", 5.0), fixed_alpha=fixed_alpha,
+                    a_lr=recipe["a_lr"] if recipe["a_lr"] is not None else 3e-4,
                     a_weight_decay=kw.get("a_weight_decay", 1e-3), a_optimizer=a_optimizer, batch_size=bs,
-                    seed=seed + 1, loss_fn=kw.get("loss_fn"))
+                    seed=(seed + 1) % 2**63, loss_fn=kw.get("loss_fn"))
+    if not isinstance(keep_none, bool):
+        raise TypeError(f"keep_none must be a bool, got {type(keep_none).__name__}")
+    never = tuple(o for o in how["exclude"] if not (keep_none and o == "none"))
     sel = perturbation_select(model, val, criterion=criterion, finetune=tune, groups=how["groups"], seed=seed,
-                              batch_size=bs, exclude=how["exclude"], loss_fn=kw.get("loss_fn"), progress=progress)
+                              batch_size=bs, exclude=never, loss_fn=kw.get("loss_fn"), progress=progress)
     topo = None
     if how["nodes"]:
         topo = topology_select(model, val, how["nodes"], criterion=criterion, finetune=tune,
@@ -126,7 +160,7 @@ def run_search(model: nn.Module, train: Data, val: Data, *, selector: str = "pt"
         criterion: ``'accuracy'`` (the authors') or ``'loss'`` (perturbation selectors).
         seed: batch order, edge order and tie breaks.
         train_kwargs: more :func:`~posenc.search.train_darts` keywords (``batch_size``,
-            ``w_lr``, ``a_lr``, ``w_optimizer``, ...); the tuning uses ``w_lr / 10`` and the
+            ``lr``, ``a_lr``, ``optimizer``, ...); the tuning uses ``lr / 10`` and the
             same momentum, weight decay and clipping.
         progress: optional ``progress(stage, done, total)``; stages ``'supernet'`` and
             ``'select'``.
@@ -145,7 +179,7 @@ def run_search(model: nn.Module, train: Data, val: Data, *, selector: str = "pt"
     check_positive_int("proj_intv", proj_intv)
     if finetune_epochs is not None:
         check_positive_float("finetune_epochs", finetune_epochs, allow_zero=True)
-    kw = dict(train_kwargs or {})
+    kw = _train_kwargs(train_kwargs, "run_search")
     for bad in ("steps", "epochs", "fixed_alpha", "progress", "seed", "a_optimizer"):
         if bad in kw:
             raise ValueError(f"train_kwargs must not set {bad!r}; it is an argument of run_search")

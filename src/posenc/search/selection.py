@@ -58,6 +58,10 @@ class Selection:
             (``base`` holds the unmasked value); magnitude scores are ``softmax(alpha)``.
         criterion: ``'loss'`` / ``'accuracy'`` (perturbation), ``'alpha'`` (magnitude).
         pruned: edges removed by topology selection.
+        candidates: of :func:`~posenc.search.choose_encoding`: per edge (or ``"|"``-joined
+            group of edges for a race), per candidate ``{"score", "uncertainty", "cost", ...}``.
+        cost: of :func:`~posenc.search.choose_encoding`: ``{"steps", "standalone_steps",
+            "budget_steps", "ratio"}``.
     """
 
     method: str
@@ -65,6 +69,8 @@ class Selection:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     criterion: str = "alpha"
     pruned: list[str] = field(default_factory=list)
+    candidates: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
@@ -87,6 +93,20 @@ def _pick(candidates: Sequence[str], scores: Mapping[str, float], best: str, gen
     if ties == "official":
         return tied[-1] if last else tied[0]
     return tied[int(torch.randint(len(tied), (1,), generator=gen))]
+
+
+def decided_error(edges: Mapping[str, Any], names: Sequence[str], call: str) -> ValueError:
+    """The error for selecting on edges that are already decided: names each edge, its state and
+    the call that decided it."""
+    parts = []
+    for n in names[:5]:
+        e = edges[n]
+        state = "pruned" if e.pruned else f"discretised to {e.chosen!r}"
+        parts.append(f"{n!r} ({state} by {e.decided_by})")
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return ValueError(f"{call}: nothing to select: edge {', '.join(parts)}{more} is already decided; call "
+                      "clear_selection() on the edge (or select on a copy made before deciding, e.g. "
+                      "magnitude_select(model, apply=False))")
 
 
 def _check_exclude(exclude: Sequence[str] | None) -> tuple[str, ...]:
@@ -136,8 +156,13 @@ def magnitude_select(model: nn.Module, *, edges: Sequence[str] | None = None, se
     """
     all_edges = mixed_ops(model)
     names = _edge_list(model, edges, arg="edges")
+    decided = [n for n in names if not all_edges[n].undecided]
     if edges is None:
         names = [n for n in names if all_edges[n].undecided]
+        if not names:
+            raise decided_error(all_edges, decided, "magnitude_select")
+    elif decided:
+        raise decided_error(all_edges, decided, "magnitude_select")
     gen = torch.Generator().manual_seed(_check_seed(seed))
     exclude = _check_exclude(exclude)
     check_choice("ties", ties, TIES)
@@ -170,17 +195,16 @@ def magnitude_select(model: nn.Module, *, edges: Sequence[str] | None = None, se
     if apply:
         for name in names:
             if name in sel.pruned:
-                all_edges[name].prune()
+                all_edges[name].prune(by="magnitude_select()")
             else:
-                all_edges[name].discretize(sel.choices[name])
+                all_edges[name].discretize(sel.choices[name], by="magnitude_select()")
     return sel
 
 
 def _measure(model: nn.Module, val: Batches, criterion: str, batch_size: int, loss_fn: LossFn | None,
              bn: str) -> tuple[float, float]:
     """``(criterion value, loss)``: the loss tells whether the outputs were finite."""
-    source = val.pair if val.pair is not None else val.iterable
-    loss, acc = evaluate(model, source, batch_size, loss_fn=loss_fn, bn=bn)
+    loss, acc = evaluate(model, val, batch_size, loss_fn=loss_fn, bn=bn)
     return (loss if criterion == "loss" else acc), loss
 
 
@@ -244,7 +268,8 @@ def perturbation_select(model: nn.Module, val: Data, *, criterion: str = "accura
         op masked), ``base`` (criterion with nothing masked) and ``chosen``.
 
     Raises:
-        ValueError: a non-finite ``alpha`` or score.
+        ValueError: a non-finite ``alpha`` or score; every edge to select is already decided
+            (named, with the call that decided it).
     """
     all_edges = mixed_ops(model)
     val_b = Batches("val", val)
@@ -252,6 +277,8 @@ def perturbation_select(model: nn.Module, val: Data, *, criterion: str = "accura
     if finetune is not None and not callable(finetune):
         raise TypeError(f"finetune must be a callable finetune(model) or None, got {type(finetune).__name__}")
     check_positive_int("batch_size", batch_size)
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"loss_fn must be a callable loss_fn(outputs, targets) or None, got {type(loss_fn).__name__}")
     check_choice("bn", bn, BN_MODES)
     check_choice("ties", ties, TIES)
     exclude = _check_exclude(exclude)
@@ -262,13 +289,15 @@ def perturbation_select(model: nn.Module, val: Data, *, criterion: str = "accura
         names = _edge_list(model, order, arg="order")
         decided = [n for n in names if not all_edges[n].undecided]
         if decided:
-            raise ValueError(f"order names edges that are already decided or pruned: {decided}")
+            raise decided_error(all_edges, decided, "perturbation_select(order=...)")
         rounds = [[n] for n in names]
         pools = None
     else:
         pools = _groups(model, groups, "groups")
         if pools is None:
             pools = [list(all_edges)]
+        if not any(all_edges[n].undecided for pool in pools for n in pool):
+            raise decided_error(all_edges, [n for pool in pools for n in pool], "perturbation_select")
         pools = [[n for n in pool if all_edges[n].undecided] for pool in pools]
         rounds = None
     for name, edge in all_edges.items():
@@ -310,7 +339,7 @@ def perturbation_select(model: nn.Module, val: Data, *, criterion: str = "accura
                     scores[op] = _check_score(_measure(model, val_b, criterion, batch_size, loss_fn, bn),
                                               f"{criterion} with op {op!r} of edge {name!r} masked")
             chosen = _pick(_allowed(name, edge.names, exclude), scores, best, gen, ties)
-            edge.discretize(chosen)
+            edge.discretize(chosen, by="perturbation_select()")
             record = {"edge": name, "scores": scores, "base": base, "chosen": chosen, "step": step}
             sel.choices[name] = chosen
             sel.decisions.append(record)
@@ -393,10 +422,10 @@ def topology_select(model: nn.Module, val: Data, nodes: Mapping[str, Sequence[st
                 drop = _pick(live, scores, least, gen, ties, last=True)
                 dropped.append(drop)
                 if cumulative:
-                    all_edges[drop].prune()
+                    all_edges[drop].prune(by="topology_select()")
                 rounds.append({"scores": scores, "pruned": drop})
             for e in dropped:
-                all_edges[e].prune()
+                all_edges[e].prune(by="topology_select()")
                 sel.pruned.append(e)
             sel.decisions.append({"node": node, "rounds": rounds, "pruned": [r["pruned"] for r in rounds]})
         if finetune is not None:

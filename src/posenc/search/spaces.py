@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_int
+from posenc.search.footprint import _F32, _numel, cell_net_parameters
 from posenc.search.supernet import search_space
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "architecture_id",
     "build_space",
     "enumerate_architectures",
+    "space_bytes",
 ]
 
 #: Names of the built-in spaces (``posenc search --space``), all for 8x8 one-channel images:
@@ -30,7 +32,7 @@ SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "darts", "s1", "s2", "s3", "s
 CONV_SPACES: tuple[str, ...] = ("nb201-micro", "nb201", "darts", "s1", "s2", "s3", "s4")
 
 _DARTS = {"nb201-micro": False, "nb201": False, "darts": True, "s1": True, "s2": True, "s3": True, "s4": True}
-_CONV = {"w_optimizer": "sgd", "w_lr": 0.025, "a_lr": 3e-3, "batch_size": 64}
+_CONV = {"optimizer": "sgd", "lr": 0.025, "a_lr": 3e-3, "batch_size": 64}
 
 #: Supernet training settings (:func:`~posenc.search.train_darts` keywords) for the built-in
 #: spaces on 8x8 digits: the authors' SGD (lr 0.025, cosine to 0.001) for the convolutional
@@ -39,15 +41,14 @@ _CONV = {"w_optimizer": "sgd", "w_lr": 0.025, "a_lr": 3e-3, "batch_size": 64}
 #: barely move otherwise.
 SPACE_TRAINING: dict[str, dict[str, Any]] = {
     **{space: dict(_CONV) for space in CONV_SPACES},
-    "pe": {"w_optimizer": "adamw", "w_lr": 1e-2, "w_lr_min": 0.0, "w_weight_decay": 0.01, "a_lr": 3e-3,
+    "pe": {"optimizer": "adamw", "lr": 1e-2, "lr_min": 0.0, "weight_decay": 0.01, "a_lr": 3e-3,
            "batch_size": 64},
 }
 
 #: The same settings as :func:`~posenc.search.train_network` keywords, for training the
 #: stand-alone architectures of a space (``build_space(name, choices=...)``) alike.
 STANDALONE_TRAINING: dict[str, dict[str, Any]] = {
-    space: {{"w_optimizer": "optimizer", "w_lr": "lr", "w_lr_min": "lr_min", "w_weight_decay": "weight_decay"}
-            .get(k, k): v for k, v in kw.items() if k != "a_lr"}
+    space: {k: v for k, v in kw.items() if k != "a_lr"}
     for space, kw in SPACE_TRAINING.items()
 }
 
@@ -144,3 +145,50 @@ def architecture_id(choices: Mapping[str, str], space: nn.Module | Mapping[str, 
             raise ValueError(f"choices[{edge!r}] must be one of {list(ops)}, got {choices[edge]!r}")
         index = index * len(ops) + ops.index(choices[edge])
     return index
+
+
+# ------------------------------------------------------------------ memory
+def space_bytes(space: str, num_cells: int | None = None, *, batch_size: int = 64, image: int = 8,
+                **kwargs: Any) -> float:
+    """Peak bytes of a search on a built-in space, from its arguments alone: parameters, their
+    gradients and optimiser state (x4), and the activations of one training batch that
+    autograd keeps (every op output of every edge of every cell, x2 for their gradients).
+
+    Args:
+        space: one of :data:`~posenc.search.SPACES`.
+        num_cells: stacked cells (the space's default when None).
+        batch_size: examples per step; ``image`` the side of the square input.
+        **kwargs: of the space's class (``channels``, ``num_nodes``, ...).
+    """
+    if space == "pe":
+        net = build_space("pe", device="meta", **kwargs)
+        params = float(_numel(net))
+        return 4 * _F32 * params + 2 * _F32 * batch_size * params ** 0.5 * 64
+    probe = build_space(space, num_cells=min(num_cells or 3, 3), device="meta", **kwargs)
+    cells = num_cells or len(probe.cells)
+    params = cell_net_parameters(type(probe), _rebuild_kwargs(space, probe, kwargs), cells)
+    per_cell = 0.0
+    for cell in probe.cells:
+        ops = sum(len(m.names) for m in cell.modules() if hasattr(m, "names") and hasattr(m, "alpha"))
+        width = getattr(cell, "channels", None) or getattr(probe, "channels", 16)
+        nodes = getattr(cell, "num_nodes", 4) + 2
+        per_cell = max(per_cell, float(ops + nodes) * width)
+    act = 2 * _F32 * batch_size * image * image * per_cell * cells
+    return 4 * _F32 * params + act
+
+
+def _rebuild_kwargs(space: str, probe: nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments :func:`~posenc.search.build_space` used for ``probe``."""
+    from posenc.search.darts import DartsNet, robust_darts_ops
+
+    kw = dict(kwargs)
+    if isinstance(probe, DartsNet):
+        kw.setdefault("channels", 8)
+        kw.setdefault("num_nodes", 2)
+        kw.setdefault("in_channels", 1)
+        if space != "darts" and "ops" not in kw:
+            kw["ops"] = robust_darts_ops(space, kw["num_nodes"])
+    else:
+        kw.setdefault("num_nodes", 3 if space == "nb201-micro" else 4)
+        kw.setdefault("pool", 2)
+    return kw

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -41,6 +42,12 @@ __all__ = [
     "train_darts",
     "train_network",
     "weight_parameters",
+    "ALPHA_TRAVEL",
+    "DARTS_RECIPE",
+    "ENCODING_RECIPE",
+    "OLD_NAMES",
+    "alpha_lr",
+    "check_targets",
 ]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -127,7 +134,8 @@ def evaluate(model: nn.Module, data: Data, batch_size: int = 64, *, loss_fn: Los
 
     Args:
         model: the (super)network, ``inputs -> logits``.
-        data: ``(inputs, targets)`` or an iterable of such batches.
+        data: ``(inputs, targets)`` or an iterable of such batches (a
+            :class:`~posenc.search.Batches` keeps its name in error messages).
         batch_size: examples per forward pass of an in-memory pair (with batch statistics,
             results depend on it; 64 is the authors' validation batch).
         loss_fn: ``loss_fn(outputs, targets) -> mean loss``; cross-entropy by default.
@@ -139,9 +147,10 @@ def evaluate(model: nn.Module, data: Data, batch_size: int = 64, *, loss_fn: Los
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    source = Batches("data", data)
+    source = data if isinstance(data, Batches) else Batches("data", data)
     check_positive_int("batch_size", batch_size)
     check_choice("bn", bn, BN_MODES)
+    default = loss_fn is None
     loss_fn = loss_fn or _default_loss
     was_training = model.training
     model.eval()
@@ -150,6 +159,8 @@ def evaluate(model: nn.Module, data: Data, batch_size: int = 64, *, loss_fn: Los
         with torch.inference_mode(), (batch_statistics(model) if bn == "batch" else contextlib.nullcontext()):
             for xb, yb in source.epoch(batch_size):
                 out = model(xb)
+                if default:
+                    check_targets(source.name, out, yb)
                 total_loss += float(loss_fn(out, yb)) * xb.shape[0]
                 correct += _correct(out, yb)
                 n += xb.shape[0]
@@ -170,7 +181,10 @@ class Loop:
                  grad_clip: float | None, seed: int, loss_fn: LossFn | None) -> None:
         self.model, self.train, self.val = model, train, val
         self.batch_size, self.grad_clip = batch_size, grad_clip
+        self.default_loss = loss_fn is None
         self.loss_fn = loss_fn or _default_loss
+        #: forward-backward passes of a batch run so far (alpha steps and weight steps)
+        self.passes = 0
         gen = torch.Generator().manual_seed(seed)
         self.tb = train.stream(batch_size, gen)
         self.vb = val.stream(batch_size, gen) if val is not None else None
@@ -190,7 +204,8 @@ class Loop:
                 if a_opt is not None and self.vb is not None:
                     xb, yb = next(self.vb)
                     a_opt.zero_grad(set_to_none=True)
-                    loss = self.loss_fn(model(xb), yb)
+                    loss = self._loss(model(xb), yb, self.val.name if self.val is not None else "val")
+                    self.passes += 1
                     self._check(loss, step, "validation (alpha step)")
                     # gradients of alpha only: the weights' gradients of this pass are never used
                     live = [p for p in alphas if p.requires_grad]
@@ -214,7 +229,8 @@ class Loop:
                         p.grad = None
                         p.requires_grad_(False)
                     try:
-                        loss = self.loss_fn(model(xb), yb)
+                        loss = self._loss(model(xb), yb, self.train.name)
+                        self.passes += 1
                         self._check(loss, step, "training (weight step)")
                         loss.backward()
                     finally:
@@ -232,19 +248,54 @@ class Loop:
                 p.grad = None
             model.train(was_training)
 
+    def _loss(self, outputs: torch.Tensor, targets: torch.Tensor, name: str) -> torch.Tensor:
+        if self.default_loss:
+            check_targets(name, outputs, targets)
+        return self.loss_fn(outputs, targets)
+
     @staticmethod
     def _check(loss: torch.Tensor, step: int, what: str) -> None:
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
         if not bool(torch.isfinite(loss.detach())):
             raise FloatingPointError(f"the run diverged at step {step + 1}: the {what} loss is {float(loss.detach())}; "
-                                     "lower the learning rates (w_lr, a_lr) or check the data")
+                                     "lower the learning rates (lr, a_lr) or check the data")
 
 
-def _check_seed(seed: Any) -> int:
+#: Seeds go to ``torch.Generator.manual_seed``: an int in ``[0, SEED_MAX]``.
+SEED_MAX = 2**63 - 1
+
+
+def _check_seed(seed: Any, name: str = "seed") -> int:
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+        raise TypeError(f"{name} must be an int, got {type(seed).__name__} ({seed!r})")
+    if not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"{name} must be an int in [0, 2**63 - 1] (a torch generator's seed), got {seed}")
     return seed
+
+
+def check_targets(name: str, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+    """Validate class-index targets for the default cross-entropy loss, naming the data argument.
+
+    Raises:
+        TypeError: targets that are not int64 class indices.
+        ValueError: a shape that does not match the outputs, or a class outside ``[0, classes)``.
+    """
+    if not isinstance(outputs, torch.Tensor) or outputs.dim() < 2:
+        raise ValueError(f"{name}: the model must return class logits of shape (batch, classes) for the default "
+                         f"cross-entropy loss, got {tuple(getattr(outputs, 'shape', ()))}; or pass loss_fn")
+    if targets.dtype != torch.int64:
+        raise TypeError(f"{name}: targets must be int64 class indices for the default cross-entropy loss, got "
+                        f"{targets.dtype} (cast with .long(), or pass loss_fn)")
+    if targets.shape != outputs.shape[:1] + outputs.shape[2:]:
+        raise ValueError(f"{name}: targets must have shape {tuple(outputs.shape[:1] + outputs.shape[2:])} for the "
+                         f"model's outputs of shape {tuple(outputs.shape)}, got {tuple(targets.shape)}")
+    classes = outputs.shape[1]
+    if targets.numel():
+        lo, hi = int(targets.min()), int(targets.max())
+        if lo < 0 or hi >= classes:
+            raise ValueError(f"{name}: targets must be class indices in [0, {classes - 1}] for the model's {classes} "
+                             f"outputs, got values in [{lo}, {hi}]")
 
 
 def _steps(source: Batches, steps: int | None, epochs: float | None, batch_size: int) -> tuple[int, int]:
@@ -285,18 +336,82 @@ def _w_optimizer(weights: list[nn.Parameter], kind: str, lr: float, momentum: fl
     return torch.optim.AdamW(weights, lr=lr, weight_decay=weight_decay)
 
 
+#: ``train_darts``'s former names of the weights' recipe -> :func:`train_network`'s names.
+OLD_NAMES: dict[str, str] = {"w_lr": "lr", "w_lr_min": "lr_min", "w_optimizer": "optimizer",
+                             "w_momentum": "momentum", "w_weight_decay": "weight_decay"}
+#: The weights' recipe of a DARTS supernet (the authors' code): SGD 0.025 with momentum 0.9,
+#: weight decay 3e-4, cosine per epoch to 0.001; ``alpha``'s Adam at 3e-4.
+DARTS_RECIPE: dict[str, Any] = {"optimizer": "sgd", "lr": 0.025, "lr_min": 0.001, "momentum": 0.9,
+                                "weight_decay": 3e-4, "a_lr": 3e-4}
+#: The recipe of a model whose only edges are :class:`~posenc.search.EncodingSearch` (a
+#: transformer): AdamW 1e-3 with weight decay 0.05, cosine per epoch to 1e-5; ``alpha``'s
+#: Adam at :func:`alpha_lr` of the run's steps.
+ENCODING_RECIPE: dict[str, Any] = {"optimizer": "adamw", "lr": 1e-3, "lr_min": 1e-5, "momentum": 0.9,
+                                   "weight_decay": 0.05, "a_lr": None}
+#: How far (in units of ``alpha``) Adam may move an architecture weight over a run: DARTS's
+#: 50 CIFAR-10 epochs of 391 steps at 3e-4 give about 6.
+ALPHA_TRAVEL = 6.0
+
+
+def alpha_lr(steps: int, travel: float = ALPHA_TRAVEL) -> float:
+    """The rule for ``alpha``'s learning rate: ``travel / steps``, so that Adam (whose step is
+    about ``a_lr`` per update) can move ``alpha`` as far over ``steps`` updates as DARTS's 3e-4
+    does over its ~19,500 (50 CIFAR-10 epochs), clipped to ``[3e-4, 0.1]``.
+
+    Args:
+        steps: alpha updates in the run (one per training step).
+        travel: the distance; :data:`ALPHA_TRAVEL` by default.
+    """
+    check_positive_int("steps", steps, minimum=0)
+    check_positive_float("travel", travel)
+    return min(0.1, max(3e-4, travel / max(1, steps)))
+
+
+def only_encoding_edges(edges: dict[str, MixedOp]) -> bool:
+    """Whether every edge is an :class:`~posenc.search.EncodingSearch` (a transformer's search)."""
+    from posenc.search.encoding import EncodingSearch
+
+    return bool(edges) and all(isinstance(e, EncodingSearch) for e in edges.values())
+
+
+def resolve_recipe(edges: dict[str, MixedOp], given: dict[str, Any], old: dict[str, Any], *,
+                   where: str = "train_darts") -> dict[str, Any]:
+    """``given`` (None: unset) completed with :data:`ENCODING_RECIPE` for an encoding-only model,
+    else :data:`DARTS_RECIPE`; ``old`` holds deprecated ``w_*`` names (a ``DeprecationWarning``)."""
+    given = dict(given)
+    unknown = [k for k in old if k not in OLD_NAMES]
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword arguments {unknown}")
+    for name, value in old.items():
+        new = OLD_NAMES[name]
+        if given.get(new) is not None:
+            raise TypeError(f"{where}: give {new}= or its deprecated name {name}=, not both")
+        warnings.warn(f"{where}: {name}= is deprecated; use {new}= (train_network's name)", DeprecationWarning,
+                      stacklevel=3)
+        given[new] = value
+    base = ENCODING_RECIPE if only_encoding_edges(edges) else DARTS_RECIPE
+    return {k: (base[k] if given.get(k) is None else given[k]) for k in base}
+
+
 def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None = None,
-                epochs: float | None = None, batch_size: int = 64, w_lr: float = 0.025, w_lr_min: float = 0.001,
-                a_lr: float = 3e-4, w_optimizer: str = "sgd", w_momentum: float = 0.9, w_weight_decay: float = 3e-4,
-                a_weight_decay: float = 1e-3, grad_clip: float | None = 5.0, fixed_alpha: bool = False,
-                seed: int = 0, loss_fn: LossFn | None = None, a_optimizer: torch.optim.Optimizer | None = None,
-                progress: Progress | None = None) -> dict[str, Any]:
+                epochs: float | None = None, batch_size: int = 64, lr: float | None = None,
+                lr_min: float | None = None, optimizer: str | None = None, momentum: float | None = None,
+                weight_decay: float | None = None, a_lr: float | None = None, a_weight_decay: float = 1e-3,
+                grad_clip: float | None = 5.0, fixed_alpha: bool = False, seed: int = 0,
+                loss_fn: LossFn | None = None, a_optimizer: torch.optim.Optimizer | None = None,
+                progress: Progress | None = None, **deprecated: Any) -> dict[str, Any]:
     """First-order DARTS: weights on ``train``, ``alpha`` on ``val`` (bilevel, alternating).
 
     Each step takes one ``val`` batch for an Adam step of ``alpha`` (betas 0.5, 0.999, as in
     DARTS; skipped with ``fixed_alpha``) then one ``train`` batch for an SGD (or AdamW)
-    step of the weights (per-epoch cosine decay from ``w_lr`` to ``w_lr_min``, gradient
+    step of the weights (per-epoch cosine decay from ``lr`` to ``lr_min``, gradient
     clipping). Discretised or pruned edges keep their state; their ``alpha`` gets no step.
+
+    The weights' recipe takes :func:`train_network`'s names. Left unset, it is the authors'
+    (:data:`DARTS_RECIPE`: SGD 0.025, momentum 0.9, weight decay 3e-4, cosine to 0.001;
+    ``a_lr`` 3e-4), or, when every edge of ``model`` is an
+    :class:`~posenc.search.EncodingSearch`, a transformer's (:data:`ENCODING_RECIPE`: AdamW
+    1e-3, weight decay 0.05, cosine to 1e-5; ``a_lr = alpha_lr(steps)``).
 
     Args:
         model: a supernet (see :func:`mixed_ops`); trained in ``train()`` mode in place.
@@ -304,33 +419,43 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
         steps / epochs: length of the run; give exactly one. An epoch is one pass over
             ``train`` (``ceil(len(train) / batch_size)`` steps); 0 does nothing.
         batch_size: examples per step of an in-memory pair (64, as the authors' code).
-        w_optimizer: ``'sgd'`` (momentum; DARTS) or ``'adamw'`` (transformers).
-        w_lr, w_lr_min, w_momentum, w_weight_decay, grad_clip: of the weights' optimizer
-            (``w_momentum`` is SGD's only; ``w_lr_min`` the end of the cosine schedule,
-            0.001 in the authors' code; ``w_lr_min=0`` decays to zero).
-        a_lr, a_weight_decay: Adam of ``alpha``.
+        optimizer: ``'sgd'`` (momentum; DARTS) or ``'adamw'`` (transformers).
+        lr, lr_min, momentum, weight_decay, grad_clip: of the weights' optimizer
+            (``momentum`` is SGD's only; ``lr_min`` the end of the cosine schedule;
+            ``lr_min=0`` decays to zero).
+        a_lr, a_weight_decay: Adam of ``alpha`` (see :func:`alpha_lr` for the rule that
+            scales ``a_lr`` with the run's length).
         fixed_alpha: keep ``alpha`` as it is ("PT with fixed alpha").
-        seed: seeds the batch order.
-        loss_fn: ``loss_fn(outputs, targets) -> loss``; cross-entropy by default.
+        seed: seeds the batch order (an int in ``[0, 2**63 - 1]``).
+        loss_fn: ``loss_fn(outputs, targets) -> loss``; cross-entropy on int64 class indices by
+            default (targets are checked against the number of outputs).
         a_optimizer: an existing optimizer of ``alpha`` to continue (e.g. the one a previous
             call returned); by default a new Adam.
         progress: optional ``progress(step, total, {"train_loss": ..., "val_loss": ...})``
             called after every step.
+        **deprecated: the former names ``w_lr``, ``w_lr_min``, ``w_optimizer``,
+            ``w_momentum``, ``w_weight_decay`` (a ``DeprecationWarning``).
 
     Returns:
         ``{"steps", "train_loss": [per step], "val_loss": [per step; empty with fixed_alpha],
-        "alpha": {edge: softmax(alpha) list}, "a_optimizer": the optimizer of alpha (or
-        None; drop it before serialising the history)}``.
+        "alpha": {edge: softmax(alpha) list}, "passes": forward-backward passes run,
+        "a_optimizer": the optimizer of alpha (or None; drop it before serialising the history)}``.
 
     Raises:
         FloatingPointError: the run diverged (a non-finite loss or ``alpha``), naming the step.
     """
     edges = mixed_ops(model)
-    val_b = Batches("val", val)
-    return _fit(model, Batches("train", train), val_b, edges, steps=steps, epochs=epochs, batch_size=batch_size,
-                w_lr=w_lr, w_lr_min=w_lr_min, a_lr=a_lr, w_optimizer=w_optimizer, w_momentum=w_momentum,
-                w_weight_decay=w_weight_decay, a_weight_decay=a_weight_decay, grad_clip=grad_clip,
-                fixed_alpha=fixed_alpha, seed=seed, loss_fn=loss_fn, a_optimizer=a_optimizer, progress=progress)
+    recipe = resolve_recipe(edges, {"lr": lr, "lr_min": lr_min, "optimizer": optimizer, "momentum": momentum,
+                                    "weight_decay": weight_decay, "a_lr": a_lr}, deprecated)
+    train_b, val_b = Batches("train", train), Batches("val", val)
+    if recipe["a_lr"] is None:
+        check_positive_int("batch_size", batch_size)
+        recipe["a_lr"] = alpha_lr(_steps(train_b, steps, epochs, batch_size)[0])
+    return _fit(model, train_b, val_b, edges, steps=steps, epochs=epochs, batch_size=batch_size,
+                w_lr=recipe["lr"], w_lr_min=recipe["lr_min"], a_lr=recipe["a_lr"], w_optimizer=recipe["optimizer"],
+                w_momentum=recipe["momentum"], w_weight_decay=recipe["weight_decay"], a_weight_decay=a_weight_decay,
+                grad_clip=grad_clip, fixed_alpha=fixed_alpha, seed=seed, loss_fn=loss_fn, a_optimizer=a_optimizer,
+                progress=progress)
 
 
 def train_network(model: nn.Module, train: Data, *, steps: int | None = None, epochs: float | None = None,
@@ -345,11 +470,11 @@ def train_network(model: nn.Module, train: Data, *, steps: int | None = None, ep
         model: any ``nn.Module`` (mixed edges, if any, keep their ``alpha``).
         train: ``(inputs, targets)`` or an iterable of such batches.
         steps / epochs, batch_size, seed, loss_fn, progress: as in :func:`train_darts`.
-        lr, lr_min, optimizer, momentum, weight_decay, grad_clip: as ``w_lr``, ``w_lr_min``,
-            ``w_optimizer``, ``w_momentum``, ``w_weight_decay``, ``grad_clip`` there.
+        lr, lr_min, optimizer, momentum, weight_decay, grad_clip: as in :func:`train_darts`
+            (here with the authors' stand-alone defaults whatever the model).
 
     Returns:
-        ``{"steps", "train_loss": [per step]}``.
+        ``{"steps", "train_loss": [per step], "passes": forward-backward passes run}``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -358,7 +483,7 @@ def train_network(model: nn.Module, train: Data, *, steps: int | None = None, ep
                 w_lr=lr, w_lr_min=lr_min, a_lr=0.0, w_optimizer=optimizer, w_momentum=momentum,
                 w_weight_decay=weight_decay, a_weight_decay=0.0, grad_clip=grad_clip, fixed_alpha=True, seed=seed,
                 loss_fn=loss_fn, a_optimizer=None, progress=progress)
-    return {"steps": hist["steps"], "train_loss": hist["train_loss"]}
+    return {"steps": hist["steps"], "train_loss": hist["train_loss"], "passes": hist["passes"]}
 
 
 def _fit(model: nn.Module, train: Batches, val: Batches | None, edges: dict[str, MixedOp], *, steps: int | None,
@@ -368,12 +493,14 @@ def _fit(model: nn.Module, train: Batches, val: Batches | None, edges: dict[str,
          progress: Progress | None) -> dict[str, Any]:
     check_positive_int("batch_size", batch_size)
     total, per_epoch = _steps(train, steps, epochs, batch_size)
-    check_positive_float("w_lr", w_lr, allow_zero=True)
-    check_positive_float("w_lr_min", w_lr_min, allow_zero=True)
+    check_positive_float("lr", w_lr, allow_zero=True)
+    check_positive_float("lr_min", w_lr_min, allow_zero=True)
     if w_lr_min > w_lr:
-        raise ValueError(f"w_lr_min must not exceed w_lr, got w_lr_min={w_lr_min}, w_lr={w_lr}")
+        raise ValueError(f"lr_min must not exceed lr, got lr_min={w_lr_min}, lr={w_lr}")
+    check_positive_float("momentum", w_momentum, allow_zero=True)
+    check_positive_float("weight_decay", w_weight_decay, allow_zero=True)
     check_positive_float("a_lr", a_lr, allow_zero=True)
-    check_choice("w_optimizer", w_optimizer, ("sgd", "adamw"))
+    check_choice("optimizer", w_optimizer, ("sgd", "adamw"))
     if grad_clip is not None:
         check_positive_float("grad_clip", grad_clip)
     _check_seed(seed)
@@ -400,6 +527,7 @@ def _fit(model: nn.Module, train: Batches, val: Batches | None, edges: dict[str,
         for p in frozen:
             p.requires_grad_(True)
     history["alpha"] = {name: torch.softmax(e.alpha.detach(), 0).tolist() for name, e in edges.items()}
+    history["passes"] = loop.passes
     if val is not None:
         history["a_optimizer"] = a_opt
     return history

@@ -48,24 +48,23 @@ from posenc.experiments.search.stacked import (
 )
 from posenc.experiments.search.summary import (
     PARAM_FREE,
-    PILOT,
     SELECTORS,
+    TIE_RULE,
     compare,
-    detectable,
+    compare_crossed,
+    design,
     ground_truth,
     percentile,
-    pilot_design,
-    seeds_for,
     significance,
     summarize,
     summarize_space,
+    tied_with_best,
 )
 
 __all__ = [
     "FULL",
     "MIN_PAIRS",
     "PARAM_FREE",
-    "PILOT",
     "PROFILES",
     "PRUNED",
     "QUICK",
@@ -73,6 +72,7 @@ __all__ = [
     "SELECTORS",
     "SEP",
     "SPLITS",
+    "TIE_RULE",
     "VARIANTS",
     "GroundTruthConfig",
     "RetrainConfig",
@@ -81,50 +81,55 @@ __all__ = [
     "arch_choices",
     "arch_key",
     "compare",
-    "detectable",
+    "compare_crossed",
+    "design",
     "digits_splits",
     "ground_truth",
     "percentile",
-    "pilot_design",
     "plan",
     "plateaued",
     "retrain",
     "run_ground_truth",
     "run_supernet",
-    "seeds_for",
     "share",
     "significance",
     "space_archs",
     "summarize",
     "summarize_space",
+    "tied_with_best",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
     """One space of a profile: the supernet config (seed and variant are set per job), the
-    supernet seeds and variants, and the ground-truth seeds (0: none) with architectures per job."""
+    supernet seeds and variants, and the ground-truth seeds (0: none) with architectures per job
+    and their recipe (default: the supernet config's retraining recipe). Where the ground truth
+    scores the picks, the supernet jobs need not retrain them (``retrain.epochs = 0``)."""
 
     supernet: SupernetConfig
     seeds: int
     variants: tuple[str, ...] = VARIANTS
     gt_seeds: int = 0
     per_job: int = 8
+    gt_retrain: RetrainConfig | None = None
 
 
 _NB201_Q = SupernetConfig(space="nb201", ops=("skip", "conv3x3"), num_cells=3, num_nodes=3, channels=8, epochs=30,
-                          checkpoints=(5, 10, 20, 30), retrain=RetrainConfig(epochs=15))
-#: the quick profile: three stacked NB201 cells of {skip, conv3x3} (8 architectures, all trained
-#: alone), α trained: magnitude against DARTS+PT on 8 supernet seeds
-QUICK = {"nb201": Profile(_NB201_Q, seeds=8, variants=("darts",), gt_seeds=1, per_job=4)}
+                          checkpoints=(5, 10, 20, 30), retrain=RetrainConfig(epochs=0))
+#: the quick profile: three stacked NB201 cells of {skip, conv3x3} (8 architectures), α trained:
+#: magnitude against DARTS+PT on 8 supernet seeds; every architecture trained alone on 4 training
+#: seeds (the ground truth that scores the picks, so the supernet jobs do not retrain them)
+QUICK = {"nb201": Profile(_NB201_Q, seeds=8, variants=("darts",), gt_seeds=4, per_job=8,
+                          gt_retrain=RetrainConfig(epochs=15))}
 
 _DARTS_F = dict(num_cells=3, num_nodes=2, channels=8, epochs=30, checkpoints=(5, 10, 20, 30),
                 retrain=RetrainConfig(epochs=20))
 #: the full profile: the quick space with α fixed too, more seeds and epochs and a ground truth
-#: on 3 seeds; S1-S4 on DARTS cells (a normal and two reduction cells)
+#: on 4 seeds; S1-S4 on DARTS cells (a normal and two reduction cells), whose picks are retrained
 FULL = {
-    "nb201": Profile(dataclasses.replace(_NB201_Q, epochs=40, checkpoints=(5, 10, 20, 40),
-                                         retrain=RetrainConfig(epochs=30)), seeds=12, gt_seeds=3, per_job=8),
+    "nb201": Profile(dataclasses.replace(_NB201_Q, epochs=40, checkpoints=(5, 10, 20, 40)), seeds=12, gt_seeds=4,
+                     per_job=8, gt_retrain=RetrainConfig(epochs=30)),
     **{s: Profile(SupernetConfig(space=s, ops=None, **_DARTS_F), seeds=6) for s in ("s1", "s2", "s3", "s4")},
 }
 PROFILES = {"quick": QUICK, "full": FULL}
@@ -162,7 +167,8 @@ def plan(profile: str, seeds: int | None = None) -> list:
                 continue
             sup = prof.supernet
             gt = GroundTruthConfig(space=sup.space, ops=sup.ops, num_cells=sup.num_cells, num_nodes=sup.num_nodes,
-                                   channels=sup.channels, data_seed=sup.data_seed, retrain=sup.retrain)
+                                   channels=sup.channels, data_seed=sup.data_seed,
+                                   retrain=prof.gt_retrain or sup.retrain)
             _, archs = space_archs(gt)
             for s in range(prof.gt_seeds):
                 for b in range(0, len(archs), prof.per_job):

@@ -123,6 +123,7 @@ class SupernetConfig:
     a_lr: float = 3e-3
     proj_intv: int = 5
     criterion: str = "accuracy"
+    keep_none: bool = True  # PT may keep 'none' (the authors' project_op); False: never (posenc's earlier default)
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
     fit_at: float = 0.95
     subset: int = 0
@@ -166,7 +167,7 @@ def run_supernet(cfg: SupernetConfig) -> dict:
             arch = arch_key(sel.choices, edges, sel.pruned)
             magnitude[step // per_epoch] = {"arch": arch, "param_free": share(arch, PARAMETER_FREE)}
 
-        kw = {"batch_size": cfg.batch_size, "w_lr": cfg.w_lr, "a_lr": cfg.a_lr}
+        kw = {"batch_size": cfg.batch_size, "lr": cfg.w_lr, "a_lr": cfg.a_lr}
         hist = train_darts(net, data["train"], data["val"], epochs=cfg.epochs, fixed_alpha=fixed, seed=cfg.seed,
                            progress=pick, **kw)
         a_opt = hist.pop("a_optimizer")
@@ -174,6 +175,7 @@ def run_supernet(cfg: SupernetConfig) -> dict:
         acc = {split: evaluate(net, data[split], bn="batch")[1] for split in SPLITS}
         alpha = {e: [round(w, 5) for w in ws] for e, ws in hist["alpha"].items()}
         sel, topo = darts_pt(net, data["train"], data["val"], fixed_alpha=fixed, a_optimizer=a_opt,
+                             keep_none=cfg.keep_none,
                              proj_intv=cfg.proj_intv, criterion=cfg.criterion, seed=cfg.seed, train_kwargs=kw)
         pruned = topo.pruned if topo is not None else []
         pt_arch = arch_key(sel.choices, edges, pruned)
@@ -246,3 +248,18 @@ def run_ground_truth(cfg: GroundTruthConfig) -> dict:
         rows = [retrain(_space_fields(cfg), a, edges, cfg.retrain, RETRAIN_SEED + cfg.seed, data) for a in cfg.archs]
     return {"kind": "gt", "space": cfg.space, "seed": cfg.seed, "edges": edges, "archs": rows,
             "cpu_s": time.process_time() - cpu0}
+
+
+# ------------------------------------------------------------------ result schemas
+# the types the summary reads from each job's stored result (posenc.report.schema's spec language)
+NUM = (float, None)  # a number, or null (a non-finite value is stored as null)
+run_supernet.result_schema = {  # type: ignore[attr-defined]
+    "kind": str, "space": str, "variant": str, "seed": int, "edges": [str], "ops": {str: [str]},
+    "train_loss_curve": [NUM], "train_acc": NUM, "val_acc": NUM, "converged": bool, "alpha": {str: [NUM]},
+    "magnitude": {str: {"arch": str, "param_free": NUM}}, "picks": {str: str}, "param_free": {str: NUM},
+    "retrained": {str: (None, {"arch": str, "test_acc": NUM, "converged": bool})}, "cpu_s": NUM,
+}
+run_ground_truth.result_schema = {  # type: ignore[attr-defined]
+    "kind": str, "space": str, "seed": int, "edges": [str],
+    "archs": [{"arch": str, "test_acc": NUM, "converged": bool}], "cpu_s": NUM,
+}

@@ -1,5 +1,11 @@
 """Summary of the ``search`` section: the mechanism and outcome claims of DARTS-PT, paired per
-supernet seed, with tests and the smallest difference the seeds can detect."""
+supernet seed, against a ground truth with its own spread where the space is enumerated.
+
+Every verdict reads only runs that converged (the convergence gate of
+:func:`posenc.experiments.stats.paired_difference`), states the smallest difference its own
+seeds detect, and carries a Holm-adjusted verdict over the claims of its space. Nothing here
+is borrowed from another run: the power of a claim comes from that claim's differences.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,23 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from posenc.experiments.search._common import MIN_PAIRS, PRUNED, SEP
-from posenc.experiments.stats import NOT_CONFIRMED, mean_std, paired_difference
+from posenc.experiments.search._common import PRUNED, SEP
+from posenc.experiments.stats import (
+    NOT_CONFIRMED,
+    crossed_difference,
+    holm_verdicts,
+    mean_std,
+    paired_difference,
+    seeds_for,
+)
 
 #: ops without parameters that magnitude selection is said to drift towards
 PARAM_FREE = ("none", "skip", "noise")
 #: selector -> (supernet variant, pick)
 SELECTORS = {"magnitude": ("darts", "magnitude"), "pt": ("darts", "pt"), "pt_fixed": ("fixed", "pt_fixed")}
-#: the paired skip-share difference of a pilot run made before this section existed (3 stacked DARTS-like cells of
-#: {skip, sep_conv_3x3}, 50 epochs, 4 seeds): mean +0.167, 95 % interval [+0.03, +0.30]
-PILOT = {"mean": 0.167, "low": 0.03, "high": 0.30, "n": 4}
+#: how ties with the best architecture are read (shown in the report)
+TIE_RULE = ("an architecture is tied with the best when the 95 % t interval of its paired difference to the best "
+            "over the ground-truth training seeds contains 0 (with fewer than 3 seeds, only an equal mean ties)")
 
 
 # ------------------------------------------------------------------ statistics
@@ -56,57 +69,34 @@ def significance(diffs: Sequence[float]) -> dict:
     return out
 
 
-def detectable(sd: float | None, n: int, *, level: float = 0.95, power: float = 0.8) -> float | None:
-    """The smallest true mean difference that ``n`` paired seeds detect with probability
-    ``power`` (two-sided test at ``1 - level``), for differences of standard deviation ``sd``:
-    ``(t_{(1+level)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)``. ``None`` for ``n < 2``."""
-    if n < 2 or sd is None or not math.isfinite(sd):
-        return None
-    from scipy.stats import t
-
-    return float((t.ppf(0.5 + level / 2, n - 1) + t.ppf(power, n - 1)) * sd / math.sqrt(n))
-
-
-def seeds_for(effect: float, sd: float, *, level: float = 0.95, power: float = 0.8, most: int = 200) -> int | None:
-    """The fewest paired seeds whose :func:`detectable` difference is at most ``effect``."""
-    if effect <= 0 or sd < 0:
-        raise ValueError(f"effect must be > 0 and sd >= 0, got effect={effect}, sd={sd}")
-    for n in range(2, most + 1):
-        d = detectable(sd, n, level=level, power=power)
-        if d is not None and d <= effect:
-            return n
-    return None
-
-
 def compare(method: Mapping[object, float | None], baseline: Mapping[object, float | None], *,
-            direction: str = "greater", margin: float = 0.0) -> dict:
-    """:func:`posenc.experiments.stats.paired_difference`, :func:`significance` of its
-    differences, and the smallest difference the seeds detect (``detectable``, from the
-    differences' spread; ``sd`` is that spread).
-
-    With fewer than :data:`MIN_PAIRS` seeds the verdict is "not confirmed at this scale".
+            direction: str = "greater", margin: float = 0.0,
+            converged: Mapping[object, bool] | None = None) -> dict:
+    """:func:`posenc.experiments.stats.paired_difference` (gated on ``converged``, the seeds
+    whose runs converged, when given), :func:`significance` of its differences, their spread
+    ``sd`` and the seeds this spread needs to detect the observed mean (``seeds_needed``).
     """
-    diff = paired_difference(method, baseline, direction=direction, margin=margin)
+    diff = paired_difference(method, baseline, direction=direction, margin=margin,
+                             method_converged=converged, baseline_converged=converged)
     diff["test"] = significance(diff["diffs"])
     diff["sd"] = statistics.stdev(diff["diffs"]) if diff["n"] > 1 else None
-    diff["detectable"] = detectable(diff["sd"], diff["n"])
-    if diff["n"] < MIN_PAIRS and diff["verdict"] != NOT_CONFIRMED:
-        # two identical picks give a zero-width interval: too few seeds to read a verdict from
-        diff["verdict"], diff["holds"] = NOT_CONFIRMED, False
-        diff["note"] = f"fewer than {MIN_PAIRS} seeds"
+    diff["seeds_needed"] = (seeds_for(abs(diff["mean"]), diff["sd"]) if diff["sd"] is not None
+                            and diff["mean"] not in (None, 0.0) else None)
     return diff
 
 
-def pilot_design(n: int) -> dict:
-    """What ``n`` paired seeds can detect if the share differences spread as in the pilot:
-    the pilot's sd (from its interval), the smallest detectable difference, and the interval
-    an effect of the pilot's size would get."""
-    from scipy.stats import t
-
-    sd = (PILOT["high"] - PILOT["low"]) / 2 / float(t.ppf(0.975, PILOT["n"] - 1)) * math.sqrt(PILOT["n"])
-    half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 else math.inf
-    return {"pilot_sd": sd, "n": n, "detectable": detectable(sd, n), "half_width": half,
-            "pilot_would_hold": PILOT["mean"] - half > 0, "seeds_needed": seeds_for(PILOT["mean"], sd)}
+def compare_crossed(cells: Mapping[object, Mapping[object, float | None]], *, direction: str = "greater",
+                    excluded: Sequence[object] = ()) -> dict:
+    """:func:`posenc.experiments.stats.crossed_difference` of ``{supernet seed: {ground-truth seed:
+    difference}}``, with ``excluded`` (the supernet seeds left out by the convergence gate)
+    listed; fewer than 3 rows left read "not decided"."""
+    diff = crossed_difference(cells, direction=direction)
+    diff["excluded"] = list(excluded)
+    if excluded and diff["rows"] < 3:
+        diff["verdict"], diff["holds"] = "not decided", False
+        diff["note"] = (f"not decided: {len(excluded)} of {len(excluded) + diff['rows']} supernet seeds picked an "
+                        f"architecture whose ground-truth runs had not all converged")
+    return diff
 
 
 # ------------------------------------------------------------------ ground truth
@@ -116,22 +106,46 @@ def _share(arch: str, ops: Sequence[str] = PARAM_FREE) -> float:
 
 
 def ground_truth(results: Mapping[str, dict], space: str) -> dict[str, dict]:
-    """Per architecture of ``space``: mean stand-alone test accuracy over the ground-truth
-    seeds, its spread, convergence and percentile."""
-    runs: dict[str, list[dict]] = {}
+    """Per architecture of ``space``: its stand-alone test accuracy per ground-truth seed
+    (``per_seed``), their mean and spread, how many of its runs converged, and its percentile
+    (of the means)."""
+    runs: dict[str, dict[int, dict]] = {}
     for r in results.values():
         if r.get("kind") == "gt" and r.get("space") == space:
             for a in r["archs"]:
-                runs.setdefault(a["arch"], []).append(a)
+                runs.setdefault(a["arch"], {})[r["seed"]] = a
     table = {}
-    for arch, rs in runs.items():
-        test = mean_std(a["test_acc"] for a in rs)
-        table[arch] = {"test": test["mean"], "test_std": test["std"], "seeds": len(rs),
-                       "converged": sum(bool(a["converged"]) for a in rs)}
+    for arch, by_seed in runs.items():
+        test = mean_std(a["test_acc"] for a in by_seed.values())
+        table[arch] = {"test": test["mean"], "test_std": test["std"], "seeds": len(by_seed),
+                       "converged": sum(bool(a["converged"]) for a in by_seed.values()),
+                       "per_seed": {str(s): by_seed[s]["test_acc"] for s in sorted(by_seed)}}
     pop = [t["test"] for t in table.values()]
     for t in table.values():
         t["percentile"] = percentile(t["test"], pop) if len(pop) > 1 else None
     return table
+
+
+def tied_with_best(gt: Mapping[str, dict]) -> tuple[str | None, list[str]]:
+    """``(best, tied)``: the architecture with the best mean among those whose runs all converged,
+    and every architecture tied with it by :data:`TIE_RULE` (the best included)."""
+    complete = [a for a, g in gt.items() if g["converged"] == g["seeds"]]
+    if not complete:
+        return None, []
+    best = max(sorted(complete), key=lambda a: gt[a]["test"])
+    tied = []
+    for a in sorted(complete):
+        seeds = sorted(set(gt[a]["per_seed"]) & set(gt[best]["per_seed"]))
+        if a == best:
+            tied.append(a)
+        elif len(seeds) >= 3:
+            d = paired_difference({s: gt[best]["per_seed"][s] for s in seeds},
+                                  {s: gt[a]["per_seed"][s] for s in seeds})
+            if d["low"] is not None and d["low"] <= 0.0:
+                tied.append(a)
+        elif gt[a]["test"] == gt[best]["test"]:
+            tied.append(a)
+    return best, tied
 
 
 # ------------------------------------------------------------------ one space
@@ -147,16 +161,16 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
         rs = [r for r in supers if r["variant"] == variant]
         if rs:
             out["supernets"][variant] = {"n": len(rs), "converged": sum(bool(r["converged"]) for r in rs),
+                                         "not_converged": sorted(r["seed"] for r in rs if not r["converged"]),
                                          "val_acc": mean_std(r["val_acc"] for r in rs),
                                          "train_acc": mean_std(r["train_acc"] for r in rs)}
     picks: dict[str, dict[int, str]] = {s: {} for s in SELECTORS}
-    tests: dict[str, dict[int, float | None]] = {s: {} for s in SELECTORS}
+    retrained: dict[str, dict[int, dict | None]] = {s: {} for s in SELECTORS}
     for r in supers:
         for sel, (variant, key) in SELECTORS.items():
             if r["variant"] == variant and key in r["picks"]:
                 picks[sel][r["seed"]] = r["picks"][key]
-                re = r["retrained"].get(key)
-                tests[sel][r["seed"]] = None if re is None else re["test_acc"]
+                retrained[sel][r["seed"]] = r["retrained"].get(key)
     darts = [r for r in supers if r["variant"] == "darts"]
     epochs = sorted({int(e) for r in darts for e in r["magnitude"]})
     for e in epochs:
@@ -166,9 +180,14 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
             "op_share": {op: statistics.fmean(_share(a, (op,)) for a in archs) for op in out["ops"]}}
     gt = ground_truth(results, space)
     if gt:
+        best, tied = tied_with_best(gt)
         ranked = sorted(gt, key=lambda a: -gt[a]["test"])
-        out["gt"] = {"n_archs": len(gt), "best": ranked[0], "table": {a: gt[a] for a in ranked},
-                     "random_test": statistics.fmean(g["test"] for g in gt.values()),
+        complete = [a for a in ranked if gt[a]["converged"] == gt[a]["seeds"]]
+        out["gt"] = {"n_archs": len(gt), "best": best, "tied": tied, "tie_rule": TIE_RULE,
+                     "table": {a: gt[a] for a in ranked},
+                     "seeds": max(g["seeds"] for g in gt.values()),
+                     "random_test": statistics.fmean(gt[a]["test"] for a in complete) if complete else None,
+                     "unconverged_archs": [a for a in ranked if a not in complete],
                      "runs": sum(g["seeds"] for g in gt.values()),
                      "converged": sum(g["converged"] for g in gt.values())}
     for sel, by_seed in picks.items():
@@ -177,62 +196,98 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
         counts: dict[str, int] = {}
         for a in by_seed.values():
             counts[a] = counts.get(a, 0) + 1
-        row = {"seeds": len(by_seed), "picks": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        row = {"seeds": len(by_seed), "picks": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
                "param_free": mean_std(_share(a) for a in by_seed.values()),
-               "test": mean_std(tests[sel].values()),
-               "per_seed": {str(k): v for k, v in sorted(tests[sel].items())},
-               "per_seed_arch": {str(k): v for k, v in sorted(by_seed.items())},
-               "retrain_converged": sum(bool((r["retrained"].get(SELECTORS[sel][1]) or {}).get("converged"))
-                                        for r in supers if r["variant"] == SELECTORS[sel][0])}
+               "per_seed_arch": {str(k): v for k, v in sorted(by_seed.items())}}
+        tests = {s: (None if rr is None else rr["test_acc"]) for s, rr in retrained[sel].items()}
+        if any(v is not None for v in tests.values()):
+            row["test"] = mean_std(tests.values())
+            row["per_seed"] = {str(k): v for k, v in sorted(tests.items())}
+            row["retrain_converged"] = sum(bool(rr and rr.get("converged")) for rr in retrained[sel].values())
         if gt:
             row["gt_test"] = mean_std(gt[a]["test"] for a in by_seed.values() if a in gt)
             row["gt_percentile"] = mean_std(gt[a]["percentile"] for a in by_seed.values() if a in gt)
-            row["optimum_hits"] = sum(a == out["gt"]["best"] for a in by_seed.values())
+            row["per_seed"] = {str(k): gt[a]["test"] for k, a in sorted(by_seed.items()) if a in gt}
+            row["optimum_hits"] = sum(a in out["gt"]["tied"] for a in by_seed.values())
         out["selectors"][sel] = row
-    out["claims"] = space_claims(picks, tests, darts, gt)
-    n = len(picks.get("pt") or picks.get("pt_fixed") or {})
-    out["design"] = pilot_design(n) if n > 1 else None
+    out["claims"] = space_claims(picks, retrained, supers, gt)
+    holm_verdicts(out["claims"])
     return out
 
 
-def space_claims(picks: Mapping[str, Mapping[int, str]], tests: Mapping[str, Mapping[int, float | None]],
-                 darts: Sequence[dict], gt: Mapping[str, dict]) -> dict:
-    """The claims of one space, each a paired per-seed difference (see :func:`compare`).
+def space_claims(picks: Mapping[str, Mapping[int, str]], retrained: Mapping[str, Mapping[int, dict | None]],
+                 supers: Sequence[dict], gt: Mapping[str, dict]) -> dict:
+    """The claims of one space.
 
-    Mechanism (share of parameter-free ops ``none``/``skip``/``noise`` among the kept edges):
-    ``param_free_gap`` magnitude − PT on the same supernet at the last epoch,
-    ``param_free_gap_fixed`` magnitude − PT with fixed α (same seed), ``magnitude_drift``
-    magnitude at the last checkpoint − at the first. Outcome (stand-alone test accuracy of the
-    picks retrained from scratch with one recipe and one initial draw per seed):
-    ``pt_beats_magnitude``, ``pt_fixed_beats_magnitude``, ``pt_fixed_vs_pt``; with a ground
-    truth, ``<selector>_beats_random`` (its mean over the space).
+    Mechanism (share of parameter-free ops ``none``/``skip``/``noise`` among the kept edges,
+    paired per supernet seed, read from supernets that converged): ``param_free_gap``
+    magnitude − PT on the same supernet at the last epoch, ``param_free_gap_fixed`` magnitude −
+    PT with fixed α (same seed), ``magnitude_drift`` magnitude at the last checkpoint − at the
+    first.
+
+    Outcome (stand-alone test accuracy of the picks). Where the space is enumerated, from the
+    ground truth: every supernet seed's pick scored by every ground-truth training seed, a
+    crossed design whose interval carries both spreads (:func:`compare_crossed`):
+    ``pt_beats_magnitude``, ``pt_fixed_beats_magnitude``, ``pt_fixed_vs_pt`` and
+    ``<selector>_beats_random`` (the mean of the architectures whose runs converged, per
+    training seed). Elsewhere from the picks retrained in the supernet job, paired per seed and
+    gated on the retraining's convergence.
     """
     claims: dict = {}
+    conv = {(r["variant"], r["seed"]): bool(r["converged"]) for r in supers}
+    darts_conv = {s: c for (v, s), c in conv.items() if v == "darts"}
     free = {s: {k: _share(a) for k, a in p.items()} for s, p in picks.items()}
     if picks.get("magnitude") and picks.get("pt"):
-        claims["param_free_gap"] = compare(free["magnitude"], free["pt"])
+        claims["param_free_gap"] = compare(free["magnitude"], free["pt"], converged=darts_conv)
     if picks.get("magnitude") and picks.get("pt_fixed"):
-        claims["param_free_gap_fixed"] = compare(free["magnitude"], free["pt_fixed"])
+        both = {s: darts_conv.get(s, False) and conv.get(("fixed", s), False) for s in free["magnitude"]}
+        claims["param_free_gap_fixed"] = compare(free["magnitude"], free["pt_fixed"], converged=both)
     drift = {}
-    for r in darts:
-        e = sorted(int(k) for k in r["magnitude"])
+    for r in supers:
+        e = sorted(int(k) for k in r["magnitude"]) if r["variant"] == "darts" else []
         if len(e) > 1:
             drift[r["seed"]] = r["magnitude"][str(e[-1])]["param_free"] - r["magnitude"][str(e[0])]["param_free"]
     if drift:
-        claims["magnitude_drift"] = compare(drift, {s: 0.0 for s in drift})
-    if tests.get("magnitude") and any(v is not None for v in tests["magnitude"].values()):
-        for sel in ("pt", "pt_fixed"):
-            if tests.get(sel):
-                claims[f"{sel}_beats_magnitude"] = compare(tests[sel], tests["magnitude"])
-    if tests.get("pt") and tests.get("pt_fixed"):
-        claims["pt_fixed_vs_pt"] = compare(tests["pt_fixed"], tests["pt"])
+        claims["magnitude_drift"] = compare(drift, {s: 0.0 for s in drift}, converged=darts_conv)
+    pairs = [(f"{sel}_beats_magnitude", sel, "magnitude") for sel in ("pt", "pt_fixed")] + [
+        ("pt_fixed_vs_pt", "pt_fixed", "pt")]
     if gt:
-        random_test = statistics.fmean(g["test"] for g in gt.values())
+        complete = [a for a, g in gt.items() if g["converged"] == g["seeds"]]
+        seeds = sorted({s for g in gt.values() for s in g["per_seed"]}, key=int)
+        mean_of = {s: statistics.fmean(gt[a]["per_seed"][s] for a in complete if s in gt[a]["per_seed"])
+                   for s in seeds} if complete else {}
+
+        def usable(arch: str) -> bool:
+            return arch in gt and arch in complete
+
+        for name, sel, base in pairs:
+            if picks.get(sel) and picks.get(base):
+                common = sorted(set(picks[sel]) & set(picks[base]))
+                ok = [s for s in common if usable(picks[sel][s]) and usable(picks[base][s])]
+                cells = {s: {g: gt[picks[sel][s]]["per_seed"][g] - gt[picks[base][s]]["per_seed"][g] for g in seeds}
+                         for s in ok}
+                claims[name] = compare_crossed(cells, excluded=[s for s in common if s not in ok])
         for sel, p in picks.items():
-            m = {s: gt[a]["test"] for s, a in p.items() if a in gt}
-            if m:
-                claims[f"{sel}_beats_random"] = compare(m, {s: random_test for s in m})
+            if p and mean_of:
+                ok = [s for s in sorted(p) if usable(p[s])]
+                cells = {s: {g: gt[p[s]]["per_seed"][g] - mean_of[g] for g in seeds} for s in ok}
+                claims[f"{sel}_beats_random"] = compare_crossed(cells, excluded=[s for s in sorted(p) if s not in ok])
+        return claims
+    for name, sel, base in pairs:
+        a, b = retrained.get(sel) or {}, retrained.get(base) or {}
+        if a and b and any(v is not None for v in b.values()):
+            acc = {k: {s: (None if r is None else r["test_acc"]) for s, r in side.items()}
+                   for k, side in (("a", a), ("b", b))}
+            ok = {s: bool(a.get(s) and b.get(s) and a[s]["converged"] and b[s]["converged"])
+                  for s in set(a) | set(b)}
+            claims[name] = compare(acc["a"], acc["b"], converged=ok)
     return claims
+
+
+def design(claims: Mapping[str, dict]) -> dict:
+    """What each claim's own seeds can detect: ``{claim: {"n", "sd", "detectable", "seeds_needed"}}``."""
+    return {k: {"n": c.get("n"), "sd": c.get("sd", c.get("se")), "detectable": c.get("detectable"),
+                "seeds_needed": c.get("seeds_needed")} for k, c in claims.items()}
 
 
 def summarize(results: Mapping[str, dict]) -> dict:
@@ -241,7 +296,8 @@ def summarize(results: Mapping[str, dict]) -> dict:
     spaces = sorted({r["space"] for r in results.values() if r.get("kind") in ("super", "gt")})
     per = {space: summarize_space(results, space) for space in spaces}
     claims = {f"{space}.{k}": v for space, part in per.items() for k, v in part.get("claims", {}).items()}
-    n = max((part["selectors"].get("pt", {}).get("seeds", 0) for part in per.values()), default=0)
     cpu = [r["cpu_s"] for r in results.values() if r.get("kind") in ("super", "gt") and "cpu_s" in r]
-    return {"spaces": per, "claims": claims, "design": pilot_design(n) if n > 1 else None,
-            "cpu_s": sum(cpu) if cpu else None, "jobs": len(cpu)}
+    return {"spaces": per, "claims": claims, "design": design(claims),
+            "cpu_s": sum(cpu) if cpu else None, "jobs": len(cpu),
+            "verdicts": {v: sum(c["verdict"] == v for c in claims.values())
+                         for v in ("holds", NOT_CONFIRMED, "contradicted", "not decided")}}

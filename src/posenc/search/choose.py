@@ -1,0 +1,381 @@
+"""Choose the position encoding of a user's model in one call, within a training budget.
+
+:func:`choose_encoding` takes a model holding one or more
+:class:`~posenc.search.EncodingSearch` layers, the user's data and training recipe
+(:func:`~posenc.search.train_network`'s names), and a ``budget`` in units of one stand-alone
+training of the model with that recipe, counted in training steps (a forward and backward
+pass of one batch; a forward pass of one evaluation batch counts a third), so that it is
+deterministic. Selectors (:data:`CHOICE_SELECTORS`):
+
+* ``'race'`` — successive halving of stand-alone candidates (Jamieson & Talwalkar,
+  AISTATS 2016): every candidate trains with the recipe's own schedule; at each rung the
+  better half by validation accuracy (ties by validation loss) goes on, and the last one
+  finishes the whole training, so the model comes back trained with the chosen encoding
+  exactly as a stand-alone training would leave it. The rungs are spaced by 2 and scaled
+  to fill the budget (4 candidates at budget 2: rungs at 1/4, 1/2 and 1 of the training).
+* ``'pt'`` — perturbation on a supernet with ``alpha`` fixed (DARTS-PT's "PT with fixed
+  alpha", adapted to a choice of encodings): the supernet trains with every candidate at
+  equal weight for the budget; then each candidate is scored by keeping it alone (the
+  others masked, the weights not renormalised), so ``'none'`` is a real option (the
+  supernet with no encoding at all), and the best validation accuracy wins, ties broken by
+  validation loss.
+* ``'magnitude'`` — first-order DARTS with ``alpha`` trained (half the budget's steps: each
+  step is an ``alpha`` step and a weight step), then the largest ``alpha``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc.search.batches import Batches, Data
+from posenc.search.encoding import EncodingSearch
+from posenc.search.selection import Selection, decided_error
+from posenc.search.supernet import (
+    ENCODING_RECIPE,
+    Loop,
+    LossFn,
+    _check_seed,
+    _default_loss,
+    _steps,
+    _w_optimizer,
+    alpha_lr,
+    check_targets,
+    cosine_lr,
+    mixed_ops,
+    train_darts,
+    weight_parameters,
+)
+
+__all__ = ["CHOICE_SELECTORS", "DEFAULT_CHOICE_SELECTOR", "RECIPE_KEYS", "choose_encoding", "race_plan"]
+
+#: Selectors of :func:`choose_encoding`.
+CHOICE_SELECTORS: tuple[str, ...] = ("race", "pt", "magnitude")
+#: The default selector: the one that won ``python -m benchmarks choice`` (see docs/search.md).
+DEFAULT_CHOICE_SELECTOR = "race"
+#: Recipe keywords (:func:`~posenc.search.train_network`'s names) and ``a_lr`` for ``'magnitude'``.
+RECIPE_KEYS: tuple[str, ...] = ("steps", "epochs", "batch_size", "optimizer", "lr", "lr_min", "momentum",
+                                "weight_decay", "grad_clip", "loss_fn", "a_lr")
+#: Most joint candidates (products over the edges) a race takes.
+MAX_RACE = 64
+#: An evaluation batch (a forward pass) costs this share of a training step.
+EVAL_COST = 1.0 / 3.0
+
+
+def _recipe(recipe: dict[str, Any]) -> dict[str, Any]:
+    unknown = [k for k in recipe if k not in RECIPE_KEYS]
+    if unknown:
+        raise TypeError(f"choose_encoding got unknown recipe keywords {unknown}; known: {list(RECIPE_KEYS)}")
+    out = {k: v for k, v in ENCODING_RECIPE.items() if k != "a_lr"}
+    out.update(batch_size=64, grad_clip=5.0, loss_fn=None, a_lr=None)
+    out.update(recipe)
+    if out.get("steps") is None and out.get("epochs") is None:
+        raise ValueError("choose_encoding needs the length of one stand-alone training: give epochs= or steps=")
+    check_choice("optimizer", out["optimizer"], ("sgd", "adamw"))
+    for k in ("lr", "lr_min", "momentum", "weight_decay"):
+        check_positive_float(k, out[k], allow_zero=True)
+    check_positive_int("batch_size", out["batch_size"])
+    if out["grad_clip"] is not None:
+        check_positive_float("grad_clip", out["grad_clip"])
+    if out["loss_fn"] is not None and not callable(out["loss_fn"]):
+        raise TypeError(f"loss_fn must be a callable loss_fn(outputs, targets) or None, got {out['loss_fn']!r}")
+    return out
+
+
+def _score(model: nn.Module, val: Batches, batch_size: int, loss_fn: LossFn | None) -> dict[str, float]:
+    """Validation loss, accuracy, its uncertainty and the examples and batches it took (eval mode)."""
+    was = model.training
+    model.eval()
+    fn = loss_fn or _default_loss
+    loss, correct, n, batches = 0.0, 0.0, 0, 0
+    try:
+        with torch.inference_mode():
+            for xb, yb in val.epoch(batch_size):
+                out = model(xb)
+                if loss_fn is None:
+                    check_targets(val.name, out, yb)
+                loss += float(fn(out, yb)) * xb.shape[0]
+                if out.dim() >= 2 and not yb.is_floating_point() and out.shape[:1] == yb.shape[:1]:
+                    correct += float((out.argmax(-1) == yb).sum())
+                n += xb.shape[0]
+                batches += 1
+    finally:
+        model.train(was)
+    if not math.isfinite(loss):
+        raise ValueError(f"the validation loss is not finite ({loss}): the model's outputs overflow; lower lr")
+    acc = correct / n
+    # Agresti-Coull: the standard error of a proportion that stays > 0 when every example is right
+    p = (correct + 2.0) / (n + 4.0)
+    return {"accuracy": acc, "loss": loss / n, "uncertainty": math.sqrt(p * (1 - p) / (n + 4.0)),
+            "examples": n, "batches": batches}
+
+
+def _better(a: dict[str, float], b: dict[str, float] | None, criterion: str) -> bool:
+    """``a`` beats ``b``: higher accuracy, ties (within 1e-12) broken by lower loss; or lower loss."""
+    if b is None:
+        return True
+    if criterion == "loss":
+        return a["loss"] < b["loss"]
+    if abs(a["accuracy"] - b["accuracy"]) > 1e-12:
+        return a["accuracy"] > b["accuracy"]
+    return a["loss"] < b["loss"]
+
+
+class _Standalone:
+    """One candidate trained alone with the recipe, resumable: ``advance(k)`` trains up to step ``k``
+    of the recipe's schedule (the same steps as one ``train_network`` call of ``total`` steps)."""
+
+    def __init__(self, model: nn.Module, train: Batches, total: int, per_epoch: int, rec: dict, seed: int) -> None:
+        self.model, self.total, self.done = model, total, 0
+        self.loop = Loop(model, train, None, batch_size=rec["batch_size"], grad_clip=rec["grad_clip"], seed=seed,
+                         loss_fn=rec["loss_fn"])
+        self.opt = _w_optimizer(weight_parameters(model), rec["optimizer"], rec["lr"], rec["momentum"],
+                                rec["weight_decay"])
+        self.lr_at = cosine_lr(rec["lr"], rec["lr_min"], total, per_epoch)
+        self.history: dict[str, list] = {"train_loss": [], "val_loss": []}
+        # the global generators (dropout) as a training started now would see them, kept per candidate
+        self.devices = sorted({p.device.index or 0 for p in model.parameters() if p.is_cuda})
+        self.cpu_state = torch.get_rng_state()
+        self.cuda_state = [torch.cuda.get_rng_state(d) for d in self.devices]
+
+    def advance(self, to: int) -> int:
+        steps = max(0, min(to, self.total) - self.done)
+        if steps:
+            offset = self.done
+            with torch.random.fork_rng(devices=self.devices):
+                torch.set_rng_state(self.cpu_state)
+                for d, st in zip(self.devices, self.cuda_state):
+                    torch.cuda.set_rng_state(st, d)
+                self.loop.run(steps, self.opt, None, lambda i: self.lr_at(offset + i), self.history, None)
+                self.cpu_state = torch.get_rng_state()
+                self.cuda_state = [torch.cuda.get_rng_state(d) for d in self.devices]
+            self.done += steps
+        return steps
+
+
+def race_plan(candidates: int, total: int, budget: float, eval_steps: float, eta: int = 2) -> list[tuple[int, int]]:
+    """The rungs of a race: ``[(survivors, step reached), ...]``, the last ``(1, total)``.
+
+    ``candidates`` start; each rung keeps ``ceil(n / eta)``; the rungs' steps are ``c * total
+    * eta**(i - R)`` (at most ``total``), with the largest ``c`` whose cost (training steps plus
+    ``eval_steps`` per evaluation) fits ``budget * total``.
+
+    Raises:
+        ValueError: the budget cannot train one candidate fully and evaluate the others once.
+    """
+    survivors = [candidates]
+    while survivors[-1] > 1:
+        survivors.append(math.ceil(survivors[-1] / eta))
+    r = len(survivors) - 1
+
+    def plan(c: float) -> list[tuple[int, int]]:
+        steps = [max(1, min(total, int(round(c * total * eta ** (i - r))))) for i in range(r)] + [total]
+        for i in range(1, len(steps)):
+            steps[i] = max(steps[i], steps[i - 1])
+        return list(zip(survivors, steps))
+
+    def cost(p: list[tuple[int, int]]) -> float:
+        spent, before = 0.0, 0
+        for n, s in p:
+            spent += n * (s - before) + n * eval_steps
+            before = s
+        return spent
+
+    limit = budget * total
+    if cost(plan(0.0)) > limit + 1e-9:
+        need = cost(plan(0.0)) / max(1, total)
+        raise ValueError(f"budget={budget} is too small for selector 'race' over {candidates} candidates: it needs at "
+                         f"least {need:.3f} (one full training, the others' shortest rung, their evaluations)")
+    lo, hi = 0.0, float(eta ** r)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if cost(plan(mid)) <= limit + 1e-9 else (lo, mid)
+    return plan(lo)
+
+
+def _check_model(model: nn.Module) -> dict[str, EncodingSearch]:
+    edges = mixed_ops(model)
+    other = [n for n, e in edges.items() if not isinstance(e, EncodingSearch) and e.undecided]
+    if other:
+        raise ValueError(f"choose_encoding searches EncodingSearch layers only; decide the other mixed edges first "
+                         f"(or use train_darts and perturbation_select): {other}")
+    enc = {n: e for n, e in edges.items() if isinstance(e, EncodingSearch)}
+    if not enc:
+        raise ValueError(f"model has no EncodingSearch layer (put one where {type(model).__name__} adds its position "
+                         "encoding)")
+    todo = {n: e for n, e in enc.items() if e.undecided}
+    if not todo:
+        raise decided_error(enc, list(enc), "choose_encoding")
+    return todo  # type: ignore[return-value]
+
+
+def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float = 2.0,
+                    selector: str = DEFAULT_CHOICE_SELECTOR, criterion: str = "accuracy", seed: int = 0,
+                    **recipe: Any) -> Selection:
+    """Pick the position encoding of every undecided :class:`~posenc.search.EncodingSearch` of ``model``.
+
+    Args:
+        model: holds one or more ``EncodingSearch`` layers (every other mixed edge decided);
+            left discretised to the choice (:func:`~posenc.search.apply_selection` then gives
+            the plain model). With ``'race'`` its weights are those of the winner's full
+            stand-alone training; with ``'pt'`` / ``'magnitude'`` the supernet's (retrain the
+            choice from scratch: ``EncodingSearch(..., candidates=[name])``).
+        train, val: ``(inputs, targets)`` pairs or iterables of batches; weights train on
+            ``train``, every score is measured on ``val``.
+        budget: in units of one stand-alone training of ``model`` with the recipe, counted in
+            training steps (an evaluation batch counts a third of a step).
+        selector: one of :data:`CHOICE_SELECTORS`.
+        criterion: ``'accuracy'`` (ties broken by validation loss) or ``'loss'``.
+        seed: batch order (the weights start from ``model``'s own).
+        **recipe: :func:`~posenc.search.train_network`'s keywords for one stand-alone training:
+            ``epochs`` or ``steps`` (required), ``batch_size`` (64), ``optimizer`` (``'adamw'``),
+            ``lr`` (1e-3), ``lr_min`` (1e-5), ``momentum``, ``weight_decay`` (0.05),
+            ``grad_clip`` (5), ``loss_fn``; and ``a_lr`` for ``'magnitude'``
+            (default :func:`~posenc.search.alpha_lr` of its steps).
+
+    Returns:
+        a :class:`~posenc.search.Selection` with ``method='choose_encoding:<selector>'``,
+        ``choices``, ``candidates`` (per edge, or per group of edges for a race, and per
+        candidate: ``score``, ``uncertainty``, ``val_loss``, ``val_accuracy``, ``cost`` in
+        steps) and ``cost`` (``steps`` spent, ``standalone_steps``, ``budget_steps``,
+        ``ratio`` = spent / one stand-alone training).
+
+    Raises:
+        ValueError: no undecided ``EncodingSearch`` (naming what decided it), an undecided
+            edge of another kind, a budget too small for the selector, bad recipe values.
+        TypeError: an unknown recipe keyword.
+    """
+    todo = _check_model(model)
+    check_choice("selector", selector, CHOICE_SELECTORS)
+    check_choice("criterion", criterion, ("accuracy", "loss"))
+    budget = check_positive_float("budget", budget)
+    _check_seed(seed)
+    rec = _recipe(recipe)
+    train_b, val_b = Batches("train", train), Batches("val", val)
+    total, per_epoch = _steps(train_b, rec.get("steps"), rec.get("epochs"), rec["batch_size"])
+    if total < 1:
+        raise ValueError(f"one stand-alone training must take at least 1 step, got {total} (epochs/steps)")
+    try:
+        val_batches = val_b.batches_per_epoch(rec["batch_size"])
+    except TypeError:
+        val_batches = sum(1 for _ in val_b.epoch(rec["batch_size"]))
+    eval_steps = EVAL_COST * val_batches
+    by = f"choose_encoding(selector={selector!r})"
+    sel = Selection(f"choose_encoding:{selector}", {}, criterion=criterion)
+    if selector == "race":
+        spent = _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, by, sel)
+    elif selector == "pt":
+        spent = _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel)
+    else:
+        spent = _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel)
+    sel.cost = {"steps": spent, "standalone_steps": total, "budget": budget, "budget_steps": budget * total,
+                "ratio": spent / total}
+    return sel
+
+
+def _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, by, sel) -> float:
+    names = list(todo)
+    combos = list(itertools.product(*(todo[n].names for n in names)))
+    if len(combos) > MAX_RACE:
+        raise ValueError(f"a race over {len(combos)} joint candidates of {len(names)} EncodingSearch layers exceeds "
+                         f"{MAX_RACE}; use selector='pt' or fewer candidates")
+    plan = race_plan(len(combos), total, budget, eval_steps)
+    label = "|".join(names)
+    runs: dict[tuple, _Standalone] = {}
+    for combo in combos:
+        m = copy.deepcopy(model)
+        edges = mixed_ops(m)
+        for n, op in zip(names, combo):
+            edges[n].discretize(op, by=by)
+        runs[combo] = _Standalone(m, train_b, total, per_epoch, rec, seed)
+    records: dict[tuple, dict[str, Any]] = {c: {"cost": 0.0, "rungs": 0} for c in combos}
+    alive = list(combos)
+    spent = 0.0
+    for k, (n_keep, reach) in enumerate(plan):
+        if k:  # keep the best n_keep of the previous rung
+            alive = sorted(alive, key=lambda c: (-records[c]["val_accuracy"], records[c]["val_loss"])
+                           if criterion == "accuracy" else (records[c]["val_loss"],))[:n_keep]
+        for combo in alive:
+            trained = runs[combo].advance(reach)
+            s = _score(runs[combo].model, val_b, rec["batch_size"], rec["loss_fn"])
+            cost = trained + EVAL_COST * s["batches"]
+            spent += cost
+            r = records[combo]
+            r.update(val_accuracy=s["accuracy"], val_loss=s["loss"], uncertainty=s["uncertainty"],
+                     steps_trained=runs[combo].done, rungs=k + 1, cost=r["cost"] + cost)
+            r["score"] = s["accuracy"] if criterion == "accuracy" else s["loss"]
+        sel.decisions.append({"rung": k + 1, "steps": reach, "candidates": ["|".join(c) for c in alive],
+                              "scores": {"|".join(c): records[c]["score"] for c in alive}})
+    winner = alive[0]
+    model.load_state_dict(runs[winner].model.state_dict())
+    edges = mixed_ops(model)
+    for n, op in zip(names, winner):
+        edges[n].discretize(op, by=by)
+        sel.choices[n] = op
+    sel.candidates = {label: {"|".join(c): records[c] for c in combos}}
+    return spent
+
+
+def _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel) -> float:
+    evals = sum(len(e.names) for e in todo.values())
+    steps = int(math.floor(budget * total - evals * eval_steps))
+    if steps < 1:
+        raise ValueError(f"budget={budget} is too small for selector 'pt': its {evals} evaluations alone cost "
+                         f"{evals * eval_steps / total:.3f} of a training")
+    hist = train_darts(model, train_b, val_b, steps=steps, fixed_alpha=True, seed=seed, **_train_kw(rec))
+    spent = float(hist["passes"])
+    sel.candidates = {}
+    for name, edge in todo.items():
+        scores: dict[str, dict[str, Any]] = {}
+        best, best_s = None, None
+        for op in edge.names:
+            others = [o for o in edge.names if o != op]
+            with edge.masked(*others) if others else contextlib.nullcontext():
+                s = _score(model, val_b, rec["batch_size"], rec["loss_fn"])
+            cost = EVAL_COST * s["batches"]
+            spent += cost
+            scores[op] = {"score": s["accuracy"] if criterion == "accuracy" else s["loss"], "val_accuracy":
+                          s["accuracy"], "val_loss": s["loss"], "uncertainty": s["uncertainty"], "cost": cost}
+            if _better(s, best_s, criterion):
+                best, best_s = op, s
+        assert best is not None
+        edge.discretize(best, by=by)
+        sel.choices[name] = best
+        sel.candidates[name] = scores
+        sel.decisions.append({"edge": name, "scores": {k: v["score"] for k, v in scores.items()}, "chosen": best,
+                              "supernet_steps": steps})
+    return spent
+
+
+def _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel) -> float:
+    steps = int(math.floor(budget * total / 2))
+    if steps < 1:
+        raise ValueError(f"budget={budget} is too small for selector 'magnitude' (each step costs 2)")
+    kw = _train_kw(rec)
+    kw["a_lr"] = rec["a_lr"] if rec["a_lr"] is not None else alpha_lr(steps)
+    hist = train_darts(model, train_b, val_b, steps=steps, seed=seed, **kw)
+    sel.candidates = {}
+    for name, edge in todo.items():
+        w = torch.softmax(edge.alpha.detach().double(), 0).tolist()
+        order = sorted(range(len(w)), key=lambda i: -w[i])  # stable: the earlier candidate wins an exact tie
+        best = edge.names[order[0]]
+        edge.discretize(best, by=by)
+        sel.choices[name] = best
+        sel.candidates[name] = {op: {"score": w[i], "uncertainty": None, "cost": None}
+                                for i, op in enumerate(edge.names)}
+        sel.decisions.append({"edge": name, "scores": dict(zip(edge.names, w)), "chosen": best,
+                              "supernet_steps": steps})
+    return float(hist["passes"])
+
+
+def _train_kw(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec[k] for k in ("batch_size", "optimizer", "lr", "lr_min", "momentum", "weight_decay", "grad_clip",
+                                "loss_fn")}
+
