@@ -20,6 +20,18 @@ except ImportError:  # pragma: no cover
     pass
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test starts from the session's environment: what one test puts into ``os.environ``
+    (``runner.reproduce`` pins the floating-point paths there for the jobs it runs inline)
+    would otherwise reach the subprocesses of whichever tests follow it on the same worker."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture
 def rng() -> torch.Generator:
     return torch.Generator().manual_seed(1234)

@@ -54,7 +54,8 @@ print(" ".join(float(p.detach().double().sum()).hex() for p in net.parameters())
 
 
 def _train_bits(env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-c", TRAIN], env={**os.environ, **env}, capture_output=True, text=True,
+    inherited = {k: v for k, v in os.environ.items() if k not in provenance.NUMERICS_ENV}  # only what `env` pins
+    out = subprocess.run([sys.executable, "-c", TRAIN], env={**inherited, **env}, capture_output=True, text=True,
                          check=True, timeout=120)
     return out.stdout.strip()
 

@@ -138,6 +138,19 @@ def test_targets_are_checked_naming_the_argument_and_range(call):
         go((x, y.float()))
 
 
+@pytest.mark.parametrize("which", ["inputs", "targets"])
+def test_meta_tensors_are_refused_naming_the_argument(which):
+    # a meta tensor has a shape and no values: torch's own error named no argument
+    from posenc.search import evaluate
+
+    x, y = data(8)
+    pair = (x.to("meta"), y) if which == "inputs" else (x, y.to("meta"))
+    for call in (lambda: evaluate(Chain(), pair), lambda: perturbation_select(Chain(), pair),
+                 lambda: train_network(Chain(), pair, steps=1)):
+        with pytest.raises(ValueError, match=rf"^(data|val|train): {which} are on the meta device"):
+            call()
+
+
 def test_seeds_beyond_a_generators_range_are_refused():
     x, y = data(32)
     for seed in (2**70, -1):

@@ -78,10 +78,14 @@ def pin_numerics(environ: dict[str, str] | None = None) -> None:
     env.update(NUMERICS_ENV)
 
 
+@functools.cache
 def numerics_label() -> str:
     """The floating-point paths of this process, e.g. ``"cpu=AVX2 mkl=AVX2 onednn=AVX2"``.
 
-    Reading torch's CPU capability fixes it for the process (as any operation would).
+    Reading torch's CPU capability fixes it for the process (as any operation would). MKL and
+    oneDNN read their variables once, at their first use, so the label is read once too: a
+    later :func:`pin_numerics` in the same process changes none of the three paths, and does not
+    change the label.
     """
     import torch
 

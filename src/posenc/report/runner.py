@@ -473,6 +473,9 @@ def run_job(
         ValueError: unknown section, profile or key; RuntimeError: another live process holds
             the job's claim; JobsFailed: the job raised.
     """
+    from posenc.report.provenance import pin_numerics
+
+    pin_numerics()  # as reproduce does, for the job run in this process
     jobs = select_jobs(plan_jobs(section, profile, seeds), keys=[key])
     job = jobs[0]
     store = JobStore(out)
@@ -556,6 +559,10 @@ def reproduce(
     notice: NoticeFn | None = None,
 ) -> dict:
     """Run the named sections (all when empty) and write the report.
+
+    Puts :data:`posenc.report.provenance.NUMERICS_ENV` into ``os.environ`` first (see
+    :func:`~posenc.report.provenance.pin_numerics`), for the jobs run in this process; it stays
+    there, so processes started from this one afterwards run on the same pinned paths.
 
     Args:
         names: section names (``None``/empty: all registered sections).

@@ -32,6 +32,9 @@ def _check_pair(name: str, x: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise TypeError(f"{name} must be a pair (inputs, targets) of tensors, got "
                         f"({type(x).__name__}, {type(y).__name__})")
+    for what, t in (("inputs", x), ("targets", y)):
+        if t.is_meta:
+            raise ValueError(f"{name}: {what} are on the meta device, which holds shapes but no values")
     if x.dim() == 0 or y.dim() == 0 or x.shape[0] != y.shape[0]:
         raise ValueError(f"{name}: inputs and targets must share their first dimension, got shapes "
                          f"{tuple(x.shape)} and {tuple(y.shape)}")

@@ -35,6 +35,20 @@ def test_fft_matches_loops(n_q, n_k, ch, heads, seed):
         torch.testing.assert_close(y, ref, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("c_shape,x_shape,out", [((7,), (4, 0), (4, 0)), ((7,), (0, 4, 3), (0, 4, 3)),
+                                                  ((0, 7), (4, 3), (0, 4, 3)), ((3, 1, 7), (3, 0, 4, 3), (3, 0, 4, 3))])
+@pytest.mark.parametrize("method", ["fft", "direct", "auto"])
+def test_empty_products_are_empty_results_with_gradients(c_shape, x_shape, out, method):
+    # no channels or an empty batch: an empty result of the right shape on every path (the FFT
+    # path raised a reshape error), and backward gives zero-size gradients
+    c = torch.rand(c_shape, dtype=D, requires_grad=True)
+    x = torch.rand(x_shape, dtype=D, requires_grad=True)
+    y = toeplitz_matmul(c, x, method=method)
+    assert y.shape == out
+    y.sum().backward()
+    assert c.grad.shape == c.shape and x.grad.shape == x.shape
+
+
 @pytest.mark.parametrize("n", [1, 2, 7, 31, 100])
 def test_causal(n):
     g = torch.Generator().manual_seed(n)

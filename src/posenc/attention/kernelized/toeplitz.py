@@ -270,6 +270,8 @@ def toeplitz_matmul(
     coeffs = coeffs / scale
     if method == "auto":
         method = "direct" if n_q + n <= 2 * TOEPLITZ_DIRECT_MAX_N else "fft"
+    if 0 in batch or x.shape[-1] == 0:
+        method = "direct"  # an empty product (no channels, or an empty batch): nothing to transform
     if method == "direct":
         y = (toeplitz_dense(coeffs, n_q, n) @ x) * scale
     else:
@@ -288,6 +290,8 @@ def _pow2_scale(x: torch.Tensor) -> torch.Tensor:
 
     ``max |x|`` is read from the extremes of ``x`` (one reduction, no ``|x|`` temporary).
     """
+    if x.numel() == 0:
+        return torch.ones((), dtype=x.dtype, device=x.device)
     lo, hi = torch.aminmax(x.detach())
     top = torch.maximum(hi, -lo)
     _, exponent = torch.frexp(torch.where(top > 0, top, torch.ones_like(top)))
