@@ -31,7 +31,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _import_statements(path: Path) -> list[tuple[int, str, list[str]]]:
+    """``(line, module, names)`` of every import in ``path``: ``import a.b`` gives ``a.b`` and no
+    names, ``from .x import y, z`` the absolute module of ``.x`` and ``["y", "z"]``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = _module_name(path).split(".")
     if path.name != "__init__.py":
@@ -39,16 +41,19 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            found += [(node.lineno, alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            found.append((node.lineno, name))
+            found.append((node.lineno, name, [alias.name for alias in node.names]))
     return found
 
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    return [(line, name) for line, name, _ in _import_statements(path)]
 
 FILES = sorted(SRC.rglob("*.py"))
 
@@ -89,22 +94,10 @@ def _targets(path: Path) -> set[str]:
     packages that Python runs on the way (``a`` for ``a.b``) are not edges: every module would
     otherwise import ``posenc/__init__``.
     """
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = _module_name(path).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                name = ".".join(base + ([node.module] if node.module else []))
-            else:
-                name = node.module or ""
-            found.add(name)
-            found |= {f"{name}.{alias.name}" for alias in node.names if f"{name}.{alias.name}" in MODULES}
+    for _, name, names in _import_statements(path):
+        found.add(name)
+        found |= {f"{name}.{alias}" for alias in names if f"{name}.{alias}" in MODULES}
     return {name for name in found if name == "posenc" or name.startswith("posenc.")}
 
 
