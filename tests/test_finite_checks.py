@@ -256,11 +256,15 @@ def test_kernelized_attention_refuses(where, value, kind):
         _refuses(lambda: kernelized_attention(pq, pk, v, _poison(c, where, value), causal=causal), "coeffs")
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad_path", "autograd_path"])
 @pytest.mark.parametrize("value", SPECIAL)
-def test_linear_attention_reads_its_checks_from_the_result_and_misses_nothing(value):
+def test_linear_attention_reads_its_checks_from_the_result_and_misses_nothing(value, grad):
     # plain linear attention checks its result instead of its inputs: the cases where a special
-    # value meets only zeros still surface, naming the input
+    # value meets only zeros still surface, naming the input, on both of its paths (without
+    # autograd the numerators and the denominators are separate products)
     pq, pk, v = _qkv()
+    if grad:
+        v.requires_grad_()
     cases = []
     k0, v0 = pk.clone(), v.clone()
     k0[0, 0, 5] = 0.0  # key 5 has all-zero features: its value meets only zeros

@@ -219,3 +219,23 @@ def test_circulant_table_follows_writes_to_its_generator(write):
     fresh = create_encoding("random", num_features=16, seed=0)
     fresh.generator_vector.copy_(new)
     assert torch.equal(enc(x), fresh(x))
+
+
+@pytest.mark.parametrize("in_dim", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sinusoidal_in_place_path_is_the_plain_formula_bit_for_bit(in_dim, dtype, monkeypatch):
+    # without autograd the phases are made in the output, a block of rows at a time; with it,
+    # sin and cos of one phase tensor are concatenated: the same values, bit for bit
+    monkeypatch.setattr(fourier_module, "PHASE_BLOCK", 50)  # many blocks, a partial last one
+    enc = create_encoding("sinusoidal", in_dim=in_dim, num_features=12 * in_dim, dtype=dtype)
+    x = 100 * torch.rand(4, 9, in_dim, generator=GEN, dtype=dtype)
+    fast = enc(x)
+    plain = enc(x.clone().requires_grad_()).detach()
+    assert fast.shape == (4, 9, 12 * in_dim) and fast.dtype == dtype
+    assert torch.equal(fast, plain)
+    f = enc.freqs.double()
+    ph = x.double()[..., None] * f
+    ref = torch.cat((ph.sin(), ph.cos()), -1).flatten(-2)
+    torch.testing.assert_close(fast.double(), ref, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-4)
+    ints = torch.arange(30).reshape(10, 3)[:, :in_dim]  # token indices: cast, the same path
+    assert torch.equal(enc(ints), enc(ints.to(dtype)))

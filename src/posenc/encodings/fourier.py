@@ -20,9 +20,9 @@ from posenc.encodings.base import CoordinateEncoding, Footprint, compute_dtype, 
 from posenc.encodings.registry import register_encoding
 
 
-#: Elements of one phase block on the CPU (4 MiB of float32): the phases are computed,
-#: read by sin and by cos while they are still in cache, and never written to memory.
-PHASE_BLOCK = 2**20
+#: Elements of one phase block on the CPU (1 MiB of float32): the phases of a block are
+#: computed into the output, read by cos and overwritten by their sines while in cache.
+PHASE_BLOCK = 2**18
 
 
 def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -34,8 +34,8 @@ def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
 
     Returns:
         ``(..., K, F)`` with the F/2 sines first, then the F/2 cosines. Without
-        autograd on the CPU the output is the only large allocation: the phases are
-        made block by block in a small buffer (:data:`PHASE_BLOCK`).
+        autograd on the CPU the output is the only allocation: the phases are made
+        block by block (:data:`PHASE_BLOCK`) in the output itself.
     """
     dtype = compute_dtype(t.dtype)
     t2pi = (2.0 * math.pi) * t.to(dtype)
@@ -59,18 +59,19 @@ def _sincos_blocks(out: torch.Tensor, phase_into) -> None:
     """Fill ``out`` ``(N, K, 2H)`` with ``[sin(phase), cos(phase)]``, a block of rows at a time.
 
     ``phase_into(start, stop, buf)`` writes the phases of rows ``start:stop`` into
-    ``buf`` ``(stop - start, K, H)``.
+    ``buf`` ``(stop - start, K, H)``: the sines' half of ``out``, where the cosines are read
+    from and the sines then taken in place. The output is the only memory the call touches
+    (no phase buffer: a first call in a process pays for no page but the output's).
     """
     n, k, width = out.shape
     half = width // 2
     step = max(1, PHASE_BLOCK // max(1, k * half))
-    buf = out.new_empty((min(step, n), k, half))
     for start in range(0, n, step):
         stop = min(n, start + step)
-        ph = buf[: stop - start]
-        phase_into(start, stop, ph)
-        torch.sin(ph, out=out[start:stop, :, :half])
-        torch.cos(ph, out=out[start:stop, :, half:])
+        sines = out[start:stop, :, :half]
+        phase_into(start, stop, sines)
+        torch.cos(sines, out=out[start:stop, :, half:])
+        sines.sin_()
 
 
 class _FourierBase(CoordinateEncoding):

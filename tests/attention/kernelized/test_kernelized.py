@@ -229,3 +229,27 @@ def test_fft_blocks_with_several_features_and_split_channels_match_dense():
         w = torch.randn(out.shape, dtype=D, generator=g)
         for a, b in zip(torch.autograd.grad((out * w).sum(), leaves), torch.autograd.grad((ref * w).sum(), leaves)):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_linear_attention_without_autograd_is_the_autograd_path_and_the_dense_reference(dtype):
+    # without autograd, numerators and denominators are separate products and the division is in
+    # place; with it, one product with [v, 1] and the custom ratio. Both are eq. 10 without RPE.
+    g = torch.Generator().manual_seed(11)
+    pq = torch.rand(2, 3, 70, 5, generator=g, dtype=dtype)
+    pk = torch.rand(2, 3, 90, 5, generator=g, dtype=dtype)
+    v = torch.randn(2, 3, 90, 4, generator=g, dtype=dtype)
+    pq[0, 1, 7] = 0.0  # a query with zero weight on every key: its output is 0, not 0/0
+    mask = torch.zeros(2, 90, dtype=torch.bool)
+    mask[1, 60:] = True
+    for kpm in (None, mask):
+        fast = kernelized_attention(pq, pk, v, key_padding_mask=kpm)
+        slow = kernelized_attention(pq, pk, v.clone().requires_grad_(), key_padding_mask=kpm).detach()
+        ref = dense_kernelized_attention(pq.double(), pk.double(), v.double(), key_padding_mask=kpm)
+        assert ref[0, 1, 7].isnan().all()  # the plain formula's 0/0, which posenc reads as 0
+        ref[0, 1, 7] = 0.0
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(fast, slow, rtol=tol, atol=tol)
+        torch.testing.assert_close(fast.double(), ref, rtol=tol, atol=tol)
+        assert torch.equal(fast[0, 1, 7], torch.zeros(4, dtype=dtype))
+        assert fast.dtype == dtype and fast.shape == (2, 3, 70, 4)

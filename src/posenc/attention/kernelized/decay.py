@@ -36,8 +36,10 @@ from posenc.attention.kernelized._common import (
 
 DEFAULT_CHUNK = 16
 DEFAULT_ATTENTION_CHUNK = 64
-#: Heads of the chunkwise decay attention go in groups whose temporaries stay near this size.
-DEFAULT_HEAD_GROUP_BYTES = 32 * 2**20
+#: Heads of the chunkwise decay attention go in groups whose temporaries stay near this size
+#: (4 MiB: as fast warm as 32 MiB, and a first call touches a third less fresh memory at n = 8,192;
+#: ``benchmarks/bench_defaults.py``).
+DEFAULT_HEAD_GROUP_BYTES = 4 * 2**20
 
 
 def check_decay(name: str, amplitudes: torch.Tensor, rates: torch.Tensor) -> None:
@@ -377,9 +379,10 @@ def chunkwise_attention(
     vv = vv.reshape(B, H, K, C, e)
     R = 1 if past is None else max(past[1].shape[1], 0 if future is None else future[1].shape[1])
     # pieces of (heads x chunks) whose largest temporaries (per chunk and head: C x max(C, R m,
-    # d + 1), or the R x m x (d + 1) scan state) stay near the budget: small buffers are recycled
-    # by the allocator, while fresh ones above glibc's 32 MiB mmap threshold cost page faults on
-    # every pass
+    # d + 1), or the R x m x (d + 1) scan state) stay near the budget: the allocator recycles a
+    # piece's buffers for the next piece, so a call touches one piece's worth of fresh memory
+    # (a first call in a process pays a page fault per 4 KiB of it; buffers above glibc's
+    # 32 MiB mmap threshold would pay them on every call)
     budget = DEFAULT_HEAD_GROUP_BYTES if block_bytes is None else block_bytes
     per_chunk = B * max(C * max(C, R * m, e), R * m * e) * v.element_size()
     hg = max(1, min(H, budget // (per_chunk * K)))

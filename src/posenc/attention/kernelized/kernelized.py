@@ -282,6 +282,25 @@ def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
     return safe_ratio(s @ v, s.sum(-1, keepdim=True))
 
 
+def _linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``phi_q (phi_k^T v) / (phi_q sum_j phi_k_j)``, 0 where the denominator is 0 (non-causal, no RPE).
+
+    Under autograd (or while tracing) one product with ``[v, 1]`` gives numerators and
+    denominators together, and :func:`ratio_of_last` divides them (its hand-written backward).
+    Without autograd the numerators are made in the result's memory and divided in place, and the
+    denominators are one column: the call touches no memory but its result's and three small
+    ``m``-sized products (no ``[v, 1]`` copy, no ``n x (d + 1)`` temporary), which is what a first
+    call in a process pays page faults for.
+    """
+    grad = torch.is_grad_enabled() and (phi_q.requires_grad or phi_k.requires_grad or v.requires_grad)
+    if grad or _compiling():
+        kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
+        return ratio_of_last(phi_q @ kv)
+    kv = phi_k.transpose(-1, -2) @ v  # (B, H, m, d)
+    den = phi_q @ phi_k.sum(-2, keepdim=True).transpose(-1, -2)  # (B, H, n, 1)
+    return torch.matmul(phi_q, kv).div_(den.masked_fill_(den == 0, 1.0))
+
+
 def kernelized_attention(
     phi_q: torch.Tensor,
     phi_k: torch.Tensor,
@@ -362,8 +381,7 @@ def kernelized_attention(
 
             z = chunkwise_attention(phi_q, phi_k, v, None, None)
             return check_output(check_inputs, z, "kernelized_attention").to(out_dtype)
-        kv = torch.einsum("bhjm,bhje->bhme", phi_k, _vv(v))
-        z = ratio_of_last(phi_q @ kv)
+        z = _linear_attention(phi_q, phi_k, v)
         if check_inputs and not _compiling() and not all_finite(z):
             check_all_finite(True, **given)  # names the non-finite input; else finite inputs overflowed
             check_output(True, z, "kernelized_attention")

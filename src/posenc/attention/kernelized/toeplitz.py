@@ -160,12 +160,22 @@ class ToeplitzFFT(torch.autograd.Function):
         ranges = even_ranges(channels, lines_per_block(length, channels, block_bytes, x.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         outT = x.new_empty((G, channels, n_q))
+        # one set of block buffers for the whole call: a block's lines are copied (transposed) into
+        # the head of ``padded``, whose zero tail is the transform's padding, and each transform
+        # writes into its buffer. A first call touches the output and one block's memory, no
+        # channel-major copy of x and no fresh temporaries per block.
+        lines = max(b - a for a, b in ranges)
+        padded = x.new_zeros((lines, length))
+        spectrum = hf.new_empty((lines, length // 2 + 1))
+        signal = x.new_empty((lines, length))
         for g in range(G):
-            xT = x[g].T.contiguous()
             for a, b in ranges:
-                xf = torch.fft.rfft(xT[a:b], n=length, dim=-1)
+                w = b - a
+                padded[:w, :n_k].copy_(x[g, :, a:b].T)
+                xf = torch.fft.rfft(padded[:w], dim=-1, out=spectrum[:w])
                 xf.mul_(hf[g])
-                torch.mul(torch.fft.irfft(xf, n=length, dim=-1)[:, :n_q], scale, out=outT[g, a:b])
+                yb = torch.fft.irfft(xf, n=length, dim=-1, out=signal[:w])
+                torch.mul(yb[:, :n_q], scale, out=outT[g, a:b])
         ctx.save_for_backward(coeffs, x, scale)
         ctx.n_q, ctx.length, ctx.ranges = n_q, length, ranges
         return outT.transpose(1, 2)
