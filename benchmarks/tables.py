@@ -363,7 +363,7 @@ def defaults(r: dict) -> str:
     rows = []
     for e in r["rows"]:
         if "error" in e:
-            rows.append([e["call"], f"{e['n']:,}", "error: " + str(e["error"])[:80], *[""] * 8])
+            rows.append([e["call"], f"{e['n']:,}", "error: " + str(e["error"])[:80], *[""] * 10])
             continue
         alone = e.get("checks_alone_s")
         rows.append([
@@ -371,7 +371,7 @@ def defaults(r: dict) -> str:
             "–" if e.get("check_cost_cpu") is None else f"{_pct(e['check_cost_cpu'])} ({_pct(e['check_cost'])})",
             "–" if alone is None else f"{alone * 1e3:.2f} ({e['checks_alone_fraction']:.1%})",
             f"{e['first_s'] * 1e3:.1f}: {ratio(e.get('first_over_warm_cpu'))} ({ratio(e['first_over_warm'])})",
-            _ms(e.get("first_sys_s"), 1), shape(e, "new_shape_shorter"), shape(e, "new_shape_longer"),
+            ratio(e.get("first_call_floor")), _ms(e.get("first_sys_s"), 1), shape(e, "new_shape_shorter"), shape(e, "new_shape_longer"),
             f"{e['first_page_faults']:,.0f} / {e['warm_page_faults_per_call']:,.0f}",
             f"{verdict[e['checks_within_goal']]} / {verdict[e['first_call_within_goal']]}",
         ])
@@ -380,12 +380,14 @@ def defaults(r: dict) -> str:
            f"the rounds' ratios in CPU time (in wall time); `checks alone` = the validation the default call "
            f"makes, called by itself (its share of the call); `first call` = the first call in a fresh process, "
            f"wall ms: its CPU time ÷ a warm call's (wall ÷ wall), and the kernel's CPU time in it (`sys`, page "
-           f"faults of fresh memory); `new shape` = the first call at n − n/4 (memory the process has used) and "
+           f"faults of fresh memory); `floor` = (a warm call + the kernel's first touch of fresh pages for an "
+           f"output of this size) ÷ a warm call, CPU: what any implementation's first call costs at least; "
+           f"`new shape` = the first call at n − n/4 (memory the process has used) and "
            f"n + n/4 (fresh memory) in the warm process, ÷ its warm call (CPU, wall); minor page faults of the "
            f"first and of a warm call. Goals: checks ≤ {goals['check_cost_max']:.0%}, first call ≤ "
            f"{goals['first_over_warm_max']:g}× warm (verdicts in CPU time):", "",
            markdown_table(["call", "n", "default", "unchecked", "checks", "checks alone (share)", "first call",
-                           "sys", "new shape, shorter", "new shape, longer", "page faults first / warm",
+                           "floor", "sys", "new shape, shorter", "new shape, longer", "page faults first / warm",
                            "goals checks / first call"], rows)]
     dense = r.get("toeplitz_vs_dense") or {}
     if dense:
@@ -404,6 +406,11 @@ def defaults(r: dict) -> str:
                 f"{'met' if v.get('first_call_within_goal') else 'missed'}, FFT vs dense "
                 f"{'met' if v.get('fft_over_dense_within_goal') else 'missed'}"
                 + (f" (misses: {', '.join(v['misses'])})" if v.get("misses") else "") + "."]
+        if "first_call_goal_below_floor" in v:
+            below, above = v["first_call_goal_below_floor"], v.get("first_call_misses_above_floor") or []
+            out += ["", "First-call goal below the floor (the output's fresh pages alone cost more than "
+                    f"{goals['first_over_warm_max'] - 1:g} warm call): {', '.join(below) if below else 'none'}. "
+                    f"First-call misses with room above the floor: {', '.join(above) if above else 'none'}."]
     return "\n".join(out)
 
 

@@ -78,7 +78,8 @@ def test_band_outside_the_domain_and_gradients():
 
 @pytest.mark.parametrize("name,kw,in_dim", [
     ("linf", dict(num_features=60, max_freq=100.0), 1), ("logf", dict(num_features=40, max_freq=256.0), 2),
-    ("rff", dict(num_features=64, sigma=50.0), 3), ("rff", dict(num_features=48, mode="separable"), 2),
+    ("rff", dict(num_features=64, sigma=50.0), 3), ("rff", dict(num_features=64, sigma=50.0), 1),
+    ("rff", dict(num_features=48, mode="separable"), 2),
     ("rff", dict(num_features=16, mode="product"), 2), ("basic", {}, 2),
     ("linf", dict(num_features=64, mode="four_direction", normalize=True), 2),
 ])

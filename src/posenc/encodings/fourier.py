@@ -288,7 +288,10 @@ class RandomFourierEncoding(_FourierBase):
         out = torch.empty((rows.shape[0], 1, 2 * b_t.shape[1]), dtype=u.dtype, device=u.device)
 
         def phase_into(start: int, stop: int, buf: torch.Tensor) -> None:
-            torch.mm(rows[start:stop], b_t, out=buf[:, 0]).mul_(2.0 * math.pi)
+            if b_t.shape[0] == 1:  # one coordinate: each phase is one product, no matrix product to call
+                torch.mul(rows[start:stop], b_t, out=buf[:, 0]).mul_(2.0 * math.pi)
+            else:
+                torch.mm(rows[start:stop], b_t, out=buf[:, 0]).mul_(2.0 * math.pi)
 
         _sincos_blocks(out, phase_into)
         return out.reshape(*u.shape[:-1], out.shape[-1])
