@@ -38,16 +38,25 @@ def fourier_features(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         block by block (:data:`PHASE_BLOCK`) in the output itself.
     """
     dtype = compute_dtype(t.dtype)
-    t2pi = (2.0 * math.pi) * t.to(dtype)
-    f = freqs.to(device=t.device, dtype=dtype)
-    if not _blocked(t2pi, f):
-        phase = t2pi[..., None] * f
+    return sincos_of_products((2.0 * math.pi) * t.to(dtype), freqs.to(device=t.device, dtype=dtype))
+
+
+def sincos_of_products(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """``[sin(x_k f), cos(x_k f)]`` for each entry of ``x (..., K)`` -> ``(..., K, 2H)``.
+
+    ``f``: ``(H,)`` or ``(K, H)``, in ``x``'s dtype and device. Without autograd on the CPU
+    the output is the only allocation: the phases are made block by block
+    (:data:`PHASE_BLOCK`) in the output itself (:func:`_sincos_blocks`); otherwise sin and
+    cos of one phase tensor are concatenated. Both give the same values, bit for bit.
+    """
+    if not _blocked(x, f) or x.dim() == 0:
+        phase = x[..., None] * f
         return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1)
-    k, half = t.shape[-1], f.shape[-1]
-    rows = t2pi.reshape(-1, k, 1)
-    out = torch.empty((rows.shape[0], k, 2 * half), dtype=dtype, device=t.device)
+    k, half = x.shape[-1], f.shape[-1]
+    rows = x.reshape(-1, k, 1)
+    out = torch.empty((rows.shape[0], k, 2 * half), dtype=x.dtype, device=x.device)
     _sincos_blocks(out, lambda start, stop, buf: torch.mul(rows[start:stop], f, out=buf))
-    return out.reshape(*t.shape, 2 * half)
+    return out.reshape(*x.shape, 2 * half)
 
 
 def _blocked(*tensors: torch.Tensor) -> bool:

@@ -32,7 +32,7 @@ from posenc._checks import (
     check_width,
 )
 from posenc.encodings.base import Encoding, Footprint, check_out_dim, compute_dtype
-from posenc.encodings.fourier import _blocked, _sincos_blocks
+from posenc.encodings.fourier import sincos_of_products
 from posenc.encodings.registry import register_encoding
 
 
@@ -57,16 +57,8 @@ def sinusoidal_features(positions: torch.Tensor, freqs: torch.Tensor) -> torch.T
         Computed in at least float32.
     """
     dtype = compute_dtype(positions.dtype) if positions.is_floating_point() else compute_dtype(freqs.dtype)
-    p, f = positions.to(dtype), freqs.to(device=positions.device, dtype=dtype)
-    if _blocked(p, f) and p.dim() >= 1:
-        # without autograd on the CPU: the phases are made in the output, which is all the call touches
-        n_axes, half = p.shape[-1], f.shape[-1]
-        rows = p.reshape(-1, n_axes, 1)
-        out = torch.empty((rows.shape[0], n_axes, 2 * half), dtype=dtype, device=p.device)
-        _sincos_blocks(out, lambda start, stop, buf: torch.mul(rows[start:stop], f, out=buf))
-        return out.reshape(*p.shape[:-1], n_axes * 2 * half)
-    phase = p[..., None] * f  # (..., N, K)
-    return torch.cat((torch.sin(phase), torch.cos(phase)), dim=-1).flatten(-2)
+    f = freqs.to(device=positions.device, dtype=dtype)
+    return sincos_of_products(positions.to(dtype), f).flatten(-2)  # (..., N, 2K) -> (..., N * 2K)
 
 
 @register_encoding("sinusoidal")
