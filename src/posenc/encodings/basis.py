@@ -20,6 +20,7 @@ import torch
 
 from posenc._cache import same_bits
 from posenc._checks import _compiling, check_choice, check_positive_float, check_positive_int, check_width
+from posenc.encodings._forward_memory import autograd_on, check_forward_memory, coordinate_feature_bytes
 from posenc.encodings.base import CoordinateEncoding, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
@@ -84,6 +85,17 @@ def banded_basis(t: torch.Tensor, num: int, half_width: float, profile,
 
 def _use_band(half_width: float, num: int) -> bool:
     return 2.0 * half_width * num + 2 < num / 4
+
+
+def _check_bump_forward(encoding: CoordinateEncoding, positions: torch.Tensor) -> None:
+    """Refuse a forward pass of a Gaussian or triangle basis whose features would exceed the memory limit.
+
+    Per feature: the output, computed in place, and a byte of the ``truncate`` mask; with
+    autograd, the displacement and each elementwise step are kept (five tensors).
+    """
+    item = compute_dtype(positions.dtype).itemsize
+    per_direction = (5 * item if autograd_on(positions) else item) + 1
+    check_forward_memory(encoding, positions, coordinate_feature_bytes(encoding, positions, per_direction))
 
 
 #: ``-log`` of a value far below the smallest subnormal, per compute dtype: ``exp(-x)`` is
@@ -199,6 +211,11 @@ class GaussianEncoding(CoordinateEncoding):
     def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
         return per_dir  # centres
 
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`CoordinateEncoding.encode`, refused first when its features would exceed the memory limit."""
+        _check_bump_forward(self, positions)
+        return super().encode(positions)
+
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
         return gaussian_basis(t, self.centres, self.sigma, self.truncate, unit_grid=True)
 
@@ -244,6 +261,11 @@ class TriangleEncoding(CoordinateEncoding):
     @classmethod
     def _buffer_numel(cls, arguments: dict, num_dirs: int, per_dir: int) -> int:
         return per_dir  # centres
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`CoordinateEncoding.encode`, refused first when its features would exceed the memory limit."""
+        _check_bump_forward(self, positions)
+        return super().encode(positions)
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
         return triangle_basis(t, self.centres, self.width, unit_grid=True)
@@ -391,6 +413,17 @@ class CirculantEncoding(CoordinateEncoding):
     def max_sq_norm_1d(self) -> torch.Tensor:
         # Every row of a circulant matrix is a permutation of the unit-norm generator.
         return torch.ones(self.num_directions, dtype=torch.float64)
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`CoordinateEncoding.encode`, refused first when its features would exceed the memory limit.
+
+        Per feature: the gathered output; above :attr:`table_limit` features per direction, also
+        the two int64 index tensors (the shifts and their remainder) the gather reads.
+        """
+        item = compute_dtype(positions.dtype).itemsize
+        per_direction = item + (0 if self.features_per_direction <= self.table_limit else 2 * 8)
+        check_forward_memory(self, positions, coordinate_feature_bytes(self, positions, per_direction))
+        return super().encode(positions)
 
     def encode_1d(self, t: torch.Tensor) -> torch.Tensor:
         num = self.features_per_direction

@@ -71,6 +71,7 @@ from posenc._checks import (
     check_tensor,
     check_width,
 )
+from posenc.encodings._forward_memory import check_forward_memory
 from posenc.encodings.base import Encoding, Footprint, check_out_dim
 from posenc.encodings.registry import register_encoding
 from posenc.positions import (
@@ -404,6 +405,7 @@ class CAPEEncoding(Encoding):
             if x.dim() == 2 and mask.dim() == 2:  # positions shared by the batch
                 x = x.expand(mask.shape[0], *x.shape)
             check_key_padding_mask(mask, tuple(x.shape[:-1]))
+        self._check_memory(x, out_dtype)
         if augment or self.mean_center:
             if x.dim() < 2:
                 raise ValueError(
@@ -438,6 +440,17 @@ class CAPEEncoding(Encoding):
         freqs = self.frequencies(device=work.device)
         self._check_phase(work, freqs)
         return cape_features(work, freqs).to(out_dtype)
+
+    def _check_memory(self, x: torch.Tensor, out_dtype: torch.dtype) -> None:
+        """Refuse, before it allocates, a call whose features would exceed the memory limit.
+
+        Per feature, in the working dtype: the phases (half the output), their sin and cos and
+        the concatenated output, and the cast to ``out_dtype``; per position, the copies of the
+        positions that centring and augmentation make.
+        """
+        work = torch.promote_types(x.dtype, torch.float32)
+        per_feature = 3 * work.itemsize + (out_dtype.itemsize if out_dtype != work else 0)
+        check_forward_memory(self, x, per_feature, bytes_per_position=8 * self.in_dim * 8)
 
     @staticmethod
     def _check_phase(work: torch.Tensor, freqs: torch.Tensor) -> None:

@@ -16,6 +16,7 @@ import math
 import torch
 
 from posenc._checks import _compiling, check_choice, check_positive_float, check_positive_int, check_width
+from posenc.encodings._forward_memory import autograd_on, check_forward_memory, coordinate_feature_bytes
 from posenc.encodings.base import CoordinateEncoding, Footprint, compute_dtype, resolve_width
 from posenc.encodings.registry import register_encoding
 
@@ -85,6 +86,14 @@ def _sincos_blocks(out: torch.Tensor, phase_into) -> None:
 
 class _FourierBase(CoordinateEncoding):
     feature_multiple = 2
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`CoordinateEncoding.encode`, refused first when its features would exceed the memory limit."""
+        # the block-wise path holds the output only; with autograd, the phases, their sin and cos and the output
+        item = compute_dtype(positions.dtype).itemsize
+        per_direction = 3 * item if autograd_on(positions) else item
+        check_forward_memory(self, positions, coordinate_feature_bytes(self, positions, per_direction))
+        return super().encode(positions)
 
     def max_sq_norm_1d(self) -> torch.Tensor:
         # sin^2 + cos^2 = 1 for every frequency: the norm is the same everywhere.

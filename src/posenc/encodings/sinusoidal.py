@@ -31,6 +31,7 @@ from posenc._checks import (
     check_tensor,
     check_width,
 )
+from posenc.encodings._forward_memory import autograd_on, check_forward_memory
 from posenc.encodings.base import Encoding, Footprint, check_out_dim, compute_dtype
 from posenc.encodings.fourier import sincos_of_products
 from posenc.encodings.registry import register_encoding
@@ -131,7 +132,20 @@ class SinusoidalEncoding(Encoding):
 
     def encode(self, positions: torch.Tensor) -> torch.Tensor:
         out_dtype = positions.dtype if positions.is_floating_point() else self.freqs.dtype
+        self._check_memory(positions, out_dtype)
         return sinusoidal_features(positions, self.freqs).to(out_dtype)
+
+    def _check_memory(self, positions: torch.Tensor, out_dtype: torch.dtype) -> None:
+        """Refuse, before it allocates, a call whose features would exceed the memory limit.
+
+        Per feature: the output in the compute dtype (the block-wise path makes the phases in it);
+        with autograd, the phases, their sin and cos and the concatenation; the cast to ``out_dtype``.
+        """
+        compute = compute_dtype(positions.dtype) if positions.is_floating_point() else compute_dtype(self.freqs.dtype)
+        per_feature = (3 if autograd_on(positions, self.freqs) else 1) * compute.itemsize
+        if out_dtype != compute:
+            per_feature += out_dtype.itemsize
+        check_forward_memory(self, positions, per_feature)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, base={self.base:g}, scale={self.scale:g}"

@@ -18,7 +18,11 @@ Engines:
   (``pip install posenc[ray]``).
 
 All three share one small protocol: ``slots`` (how many jobs may be in flight),
-``submit(task)``, ``wait(timeout)`` -> finished outcomes, ``close()``.
+``submit(task)``, ``wait(timeout)`` -> finished outcomes, ``close()``, and
+``memory_limit()``: the memory one job may plan to hold on one of the engine's workers.
+The local and Ray engines give each worker its share of the limit (not the host's
+whole limit: several jobs run beside each other) through ``$POSENC_MAX_MEMORY`` in the
+worker's environment, so the library's own checks inside a job use the share too.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from concurrent.futures import wait as futures_wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
+
+from posenc._resources import LIMIT_ENV, LIMIT_SOURCE_ENV, Limit, env_limit, format_bytes, library_limit
 
 EXECUTORS = ("local", "ray")
 
@@ -111,6 +117,33 @@ def default_threads(workers: int) -> int:
     return max(1, available_cores() // max(1, workers))
 
 
+def worker_share(limit: Limit | None, workers: int, who: str) -> Limit | None:
+    """``limit`` split evenly between ``workers`` that run beside each other.
+
+    Args:
+        limit: the limit of all of them together (None: no limit, and none for each).
+        workers: how many run at once (>= 1).
+        who: what they are, for the source (``"local workers"``).
+
+    Returns:
+        ``limit // workers``, naming ``limit`` and its source; ``limit`` itself for one worker.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if limit is None or workers == 1:
+        return limit
+    source = limit.source if isinstance(limit, Limit) else "given"
+    return Limit(int(limit) // workers, f"a worker's share: 1/{workers} of {format_bytes(limit)} ({source}) "
+                                        f"for each of {workers} {who}")
+
+
+def memory_env(limit: Limit | None) -> dict[str, str]:
+    """The environment that gives a worker process ``limit`` (``$POSENC_MAX_MEMORY`` and its source)."""
+    if limit is None:
+        return {LIMIT_ENV: "off", LIMIT_SOURCE_ENV: ""}
+    return {LIMIT_ENV: str(int(limit)), LIMIT_SOURCE_ENV: limit.source if isinstance(limit, Limit) else ""}
+
+
 def _error_line(err: BaseException) -> str:
     msg = str(err).strip().splitlines()
     return f"{type(err).__name__}: {msg[0]}" if msg else type(err).__name__
@@ -146,10 +179,11 @@ def probe_numerics() -> str:
     return numerics_label()
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, env: dict[str, str] | None = None) -> None:
     from posenc.report.provenance import pin_numerics
 
     pin_numerics()  # before this process runs any operation (the forkserver only imported torch)
+    os.environ.update(env or {})  # the worker's share of the memory limit
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     import torch
@@ -194,6 +228,10 @@ class InlineExecutor:
         """The floating-point paths jobs run on here (this process's)."""
         return probe_numerics()
 
+    def memory_limit(self) -> Limit | None:
+        """The memory a job may plan to hold: this process's library limit, read now."""
+        return library_limit()
+
     def close(self) -> None:
         self._queue.clear()
 
@@ -226,6 +264,8 @@ class LocalExecutor:
             raise ValueError(f"context must be 'forkserver' or 'spawn', got {context!r}")
         self.workers, self.threads, self.context, self.max_retries = workers, threads, context, max_retries
         self.slots = workers
+        # each worker's share of this process's limit, read once: the workers run beside each other
+        self._memory = worker_share(library_limit(), workers, "local workers")
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[Future, Task] = {}
         self._attempts: dict[str, int] = {}
@@ -240,7 +280,7 @@ class LocalExecutor:
                 ctx.set_forkserver_preload(list(PRELOAD))
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=ctx,
-                initializer=_init_worker, initargs=(self.threads,),
+                initializer=_init_worker, initargs=(self.threads, memory_env(self._memory)),
             )
         return self._pool
 
@@ -258,6 +298,11 @@ class LocalExecutor:
                 pool.submit(os.getpid)
         except BrokenProcessPool:  # noticed (and the pool replaced) at the first real wait()
             pass
+
+    def memory_limit(self) -> Limit | None:
+        """The memory a job may plan to hold: each worker's share of this process's limit
+        (``$POSENC_MAX_MEMORY`` in the workers)."""
+        return self._memory
 
     def numerics(self) -> str:
         """The floating-point paths the workers run jobs on (asked of one of them, once)."""
@@ -375,8 +420,10 @@ class RayExecutor:
         self.slots = max_in_flight or max(1, cpus // threads)
         from posenc.report.provenance import NUMERICS_ENV
 
-        # every task's worker pins the same floating-point paths before it computes anything
-        runtime_env = {"env_vars": dict(NUMERICS_ENV)}
+        self._memory = ray_task_share(ray.cluster_resources(), threads, self.slots)
+        # every task's worker pins the same floating-point paths before it computes anything, and
+        # gets its share of the memory limit
+        runtime_env = {"env_vars": {**NUMERICS_ENV, **memory_env(self._memory)}}
         self._remote = ray.remote(execute).options(num_cpus=threads, max_retries=max_retries,
                                                    retry_exceptions=False, runtime_env=runtime_env)
         self._probe = ray.remote(probe_numerics).options(num_cpus=threads, runtime_env=runtime_env)
@@ -396,6 +443,11 @@ class RayExecutor:
             else:
                 os.environ["PYTHONPATH"] = old
         self._started = True
+
+    def memory_limit(self) -> Limit | None:
+        """The memory a job may plan to hold: a task's share (:func:`ray_task_share`), given to its
+        worker as ``$POSENC_MAX_MEMORY``."""
+        return self._memory
 
     def numerics(self) -> str:
         """The floating-point paths Ray's workers run jobs on (asked of one of them, once)."""
@@ -444,6 +496,32 @@ class RayExecutor:
 
     def __repr__(self) -> str:
         return f"RayExecutor(address={self.address!r}, threads={self.threads}, slots={self.slots})"
+
+
+def ray_task_share(resources: dict[str, float], threads: int, slots: int) -> Limit | None:
+    """The memory limit of one Ray task that reserves ``threads`` CPUs.
+
+    Ray lists each node's memory for tasks as its ``memory`` resource; a task that reserves
+    ``threads`` of the cluster's CPUs gets that fraction of it (a node runs as many tasks beside
+    each other as it has CPUs for). Without a ``memory`` resource: :func:`worker_share` of this
+    process's limit between the ``slots`` tasks in flight. A ``$POSENC_MAX_MEMORY`` set here caps
+    the tasks in flight together, as it caps local workers (``off``: no limit in the tasks).
+
+    Args:
+        resources: ``ray.cluster_resources()``.
+        threads: CPUs each task reserves (>= 1).
+        slots: tasks in flight at once (>= 1).
+    """
+    env = env_limit()
+    if env is None:
+        return None
+    memory, cpus = resources.get("memory"), resources.get("CPU")
+    if not memory or not cpus or memory <= 0 or cpus <= 0:
+        return worker_share(library_limit(), slots, "Ray tasks in flight")
+    share = Limit(int(memory * min(1.0, threads / cpus)), f"a Ray task's share: {threads} of the cluster's "
+                                                          f"{cpus:g} CPUs' {format_bytes(memory)} of memory for tasks")
+    capped = worker_share(env, slots, "Ray tasks in flight") if env is not False else None
+    return capped if capped is not None and capped < share else share
 
 
 def make_executor(kind: str = "local", workers: int = 1, threads: int | None = None,

@@ -54,18 +54,70 @@ NoticeFn = Callable[[str], None]
 
 
 class JobsFailed(RuntimeError):
-    """Some jobs raised (or their workers died); the others finished and are stored.
+    """Some jobs raised (or their workers died) or were refused; the others finished and are stored.
 
     Attributes:
         failures: ``{"section/key": "ExceptionType: message"}``.
         payload: what :func:`reproduce` would have returned (the finished sections and job lists).
+        refused: ``{"section/key": reason}``: jobs refused over their worker's memory limit (not run).
     """
 
-    def __init__(self, failures: dict[str, str], payload: dict | None = None) -> None:
-        self.failures, self.payload = failures, payload or {}
-        first, why = next(iter(failures.items()))
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        super().__init__(f"{len(failures)} job(s) failed; {first}: {why}{more}")
+    def __init__(self, failures: dict[str, str], payload: dict | None = None,
+                 refused: dict[str, str] | None = None) -> None:
+        self.failures, self.payload, self.refused = failures, payload or {}, refused or {}
+        problems = {**self.failures, **self.refused}
+        if not problems:
+            raise ValueError("JobsFailed needs at least one failed or refused job, got none")
+        parts = ([f"{len(self.failures)} job(s) failed"] if self.failures else []) + (
+            [f"{len(self.refused)} job(s) refused over their memory limit"] if self.refused else [])
+        first, why = next(iter(problems.items()))
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{' and '.join(parts)}; {first}: {why}{more}")
+
+
+#: How a job refused over the memory limit is reported (the error line of a
+#: :class:`posenc._resources.FootprintError` raised inside a job starts with it too).
+REFUSED = "FootprintError: "
+
+
+def refusal_reason(job: Job, limit: int) -> str:
+    """Why ``job`` is refused: its estimate, its worker's limit and that limit's source."""
+    from posenc._resources import Limit, format_bytes
+
+    source = f" ({limit.source})" if isinstance(limit, Limit) else ""
+    return (f"it would need about {format_bytes(job.memory or 0)} of memory, more than its worker's limit of "
+            f"{format_bytes(limit)}{source}")
+
+
+def refusal_notice(section: str, key: str, reason: str) -> str:
+    """The one line a run prints when it refuses job ``section/key`` for ``reason``."""
+    return f"job {section}/{key} refused: {reason}; the run goes on with the other jobs"
+
+
+def refuse_over_limit(section: str, jobs: Sequence[Job], limit: int | None) -> tuple[list[Job], dict[str, str]]:
+    """Split ``jobs`` into those that may run and those whose ``memory`` estimate exceeds ``limit``.
+
+    Args:
+        section: the section name (checked to be a string, for the callers' lines).
+        jobs: the jobs to run.
+        limit: one worker's memory limit in bytes (None: no limit, nothing refused).
+
+    Returns:
+        ``(runnable jobs in their order, {key: reason})`` (see :func:`refusal_reason`).
+    """
+    if not isinstance(section, str):
+        raise TypeError(f"section must be a str, got {type(section).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a number of bytes >= 0 or None, got {limit!r}")
+    if limit is None:
+        return list(jobs), {}
+    keep, refused = [], {}
+    for job in jobs:
+        if job.memory is not None and job.memory > limit:
+            refused[job.key] = refusal_reason(job, limit)
+        else:
+            keep.append(job)
+    return keep, refused
 
 
 def parse_shard(shard: str | None) -> tuple[int, int] | None:
@@ -231,13 +283,16 @@ def _execute_jobs(
     lists: dict[str, Any],
     code_of: Callable[[Job, str], dict],
     numerics: str,
+    notice: NoticeFn | None = None,
 ) -> None:
     """Claim, submit and store ``todo`` through ``executor``; the driver alone writes the store.
 
     Jobs are claimed one at a time as slots free up, in :func:`submission_order` (a cheap job
     first on every worker), so several drivers on one directory split the work. An ``alone`` job waits until nothing else is in
     flight and runs with nothing beside it. Jobs another live driver holds are
-    waited for (``wait_for_others``) or listed as ``claimed_elsewhere``.
+    waited for (``wait_for_others``) or listed as ``claimed_elsewhere``. A job the library refused
+    inside its worker (a :class:`posenc._resources.FootprintError`) is listed as ``refused``, with
+    one ``notice`` line.
     """
     keeper = ClaimKeeper(interval=max(0.05, claim_timeout / 5))
     held: dict[str, tuple[Job, Claim]] = {}
@@ -286,6 +341,10 @@ def _execute_jobs(
                                             code_of(job, outcome.numerics or numerics))
                         lists["computed"].append(job.key)
                         on_done(job, record, False)
+                    elif outcome.error.startswith(REFUSED):  # the library refused it inside its worker
+                        lists["refused"][job.key] = outcome.error[len(REFUSED):]
+                        if notice is not None:
+                            notice(refusal_notice(name, job.key, lists["refused"][job.key]))
                     else:
                         lists["failed"][job.key] = outcome.error
                     keeper.discard(claim)
@@ -335,15 +394,22 @@ def run_section(
             only when the section is summarised, i.e. no shard and no keys).
         claim_timeout: seconds after which a claim nobody refreshed is taken over.
         notice: called with one line for each stored job record that is torn or not a valid
-            record (see :func:`posenc.report.store.check_job_record`), and one line for the
-            records made by other code (see :mod:`posenc.report.provenance`): they are recomputed.
+            record (see :func:`posenc.report.store.check_job_record`), one line for the
+            records made by other code (see :mod:`posenc.report.provenance`): they are recomputed;
+            and one line for each job refused over its worker's memory limit.
+
+    A job whose ``memory`` estimate exceeds its worker's limit (``executor.memory_limit()``) is
+    refused before it runs, and so is a job the library refuses inside its worker
+    (:class:`posenc._resources.FootprintError`): each is reported by one ``notice`` line naming
+    the job and the limit (:func:`refusal_notice`) and listed in ``refused`` (key -> reason); the
+    other jobs run and are stored, and the section is not summarised (as when a job failed).
 
     Returns:
         ``{"record": summary record or None, "jobs": {"computed", "skipped",
-        "claimed_elsewhere": [keys], "failed": {key: error}, "invalid": {key: why}},
-        "results": {key: stored record}}`` (``invalid``: records found torn or invalid and
-        recomputed; ``other_code``: records made by other code, recomputed; ``results``: the
-        records of this run's jobs that finished).
+        "claimed_elsewhere": [keys], "failed": {key: error}, "refused": {key: reason},
+        "invalid": {key: why}}, "results": {key: stored record}}`` (``invalid``: records found torn
+        or invalid and recomputed; ``other_code``: records made by other code, recomputed;
+        ``results``: the records of this run's jobs that finished).
     """
     from posenc.report.provenance import code_signature, describe_code
 
@@ -358,8 +424,8 @@ def run_section(
     state = {"done": 0.0, "count": 0, "computed_s": 0.0}
     results: dict[str, dict] = {}
     records: dict[str, dict] = {}
-    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}, "invalid": {},
-                             "other_code": {}}
+    lists: dict[str, Any] = {"computed": [], "skipped": [], "claimed_elsewhere": [], "failed": {}, "refused": {},
+                             "invalid": {}, "other_code": {}}
     start = time.perf_counter()
     own = executor is None
     executor = executor or InlineExecutor()
@@ -399,17 +465,23 @@ def run_section(
                f"({describe_code(code_of(mine[0], numerics))}); recomputing them (keep the old results by "
                f"running the code that made them, or use a fresh --out)")
     try:
+        limit_of = getattr(executor, "memory_limit", None)  # an engine written elsewhere may not say
+        todo, lists["refused"] = refuse_over_limit(name, todo, limit_of() if todo and limit_of else None)
+        if notice is not None:
+            for key, reason in lists["refused"].items():
+                notice(refusal_notice(name, key, reason))
         _execute_jobs(name, todo, store, executor, threads, wait_for_others, claim_timeout, on_done, lists,
-                      code_of, numerics)
+                      code_of, numerics, notice)
     finally:
         if own:
             executor.close()
     order = {job.key: i for i, job in enumerate(jobs)}
     for name_ in ("computed", "skipped", "claimed_elsewhere"):
         lists[name_].sort(key=order.__getitem__)  # plan order, whatever order the jobs finished in
-    lists["failed"] = dict(sorted(lists["failed"].items(), key=lambda kv: order[kv[0]]))
+    for name_ in ("failed", "refused"):
+        lists[name_] = dict(sorted(lists[name_].items(), key=lambda kv: order[kv[0]]))
     done = {job.key: records[job.key] for job in jobs if job.key in records}
-    if partial or lists["failed"] or lists["claimed_elsewhere"]:
+    if partial or lists["failed"] or lists["refused"] or lists["claimed_elsewhere"]:
         return {"record": None, "jobs": lists, "results": done}
     # plan order, whatever order the jobs finished in: the same summary from every run
     summary = section.summarize({job.key: results[job.key] for job in jobs if job.key in results})
@@ -471,7 +543,7 @@ def run_job(
 
     Raises:
         ValueError: unknown section, profile or key; RuntimeError: another live process holds
-            the job's claim; JobsFailed: the job raised.
+            the job's claim; JobsFailed: the job raised, or was refused over the memory limit.
     """
     from posenc.report.provenance import pin_numerics
 
@@ -484,8 +556,9 @@ def run_job(
         if path.exists():
             path.unlink()
     res = run_section(section, profile, Path(out), seeds, keys=[key], threads=threads, wait_for_others=False)
-    if res["jobs"]["failed"]:
-        raise JobsFailed({f"{section}/{k}": v for k, v in res["jobs"]["failed"].items()})
+    if res["jobs"]["failed"] or res["jobs"]["refused"]:
+        raise JobsFailed({f"{section}/{k}": v for k, v in res["jobs"]["failed"].items()},
+                         refused={f"{section}/{k}": v for k, v in res["jobs"]["refused"].items()})
     record = res["results"].get(key)
     if record is None:
         raise RuntimeError(f"job {section}/{key} is claimed by another live process")
@@ -587,7 +660,8 @@ def reproduce(
         "invalid": {key: why}}}}``; with ``jobs``, also ``"results": {name: {key: stored record}}``.
 
     Raises:
-        JobsFailed: after every other job finished and was stored, when some jobs raised.
+        JobsFailed: after every other job finished and was stored, when some jobs raised or were
+            refused over their worker's memory limit (``refused``; see :func:`run_section`).
         InvalidSummary: before any work, when the report would include another section's
             summary file that is not valid.
     """
@@ -614,6 +688,7 @@ def reproduce(
     job_lists: dict[str, Any] = {}
     job_results: dict[str, Any] = {}
     failures: dict[str, str] = {}
+    refused: dict[str, str] = {}
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -625,6 +700,7 @@ def reproduce(
             job_lists[name] = res["jobs"]
             job_results[name] = res["results"]
             failures.update({f"{name}/{k}": v for k, v in res["jobs"]["failed"].items()})
+            refused.update({f"{name}/{k}": v for k, v in res["jobs"]["refused"].items()})
             record = res["record"]
             if record is not None:
                 summaries[name] = {
@@ -637,11 +713,11 @@ def reproduce(
         raise
     finally:
         engine.close()
-    report = None if partial or failures else write_report(out, argv or sys.argv)
+    report = None if partial or failures or refused else write_report(out, argv or sys.argv)
     payload = {"out": str(out), "report": None if report is None else str(report), "sections": summaries,
                "jobs": job_lists}
     if jobs:
         payload["results"] = job_results
-    if failures:
-        raise JobsFailed(failures, payload)
+    if failures or refused:
+        raise JobsFailed(failures, payload, refused)
     return payload
