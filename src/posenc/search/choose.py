@@ -21,6 +21,15 @@ deterministic. Selectors (:data:`CHOICE_SELECTORS`):
   validation loss.
 * ``'magnitude'`` — first-order DARTS with ``alpha`` trained (half the budget's steps: each
   step is an ``alpha`` step and a weight step), then the largest ``alpha``.
+
+A refused call leaves the model as it was: every selector trains copies of the model (the race
+one per candidate, ``'pt'`` and ``'magnitude'`` one supernet) and writes the result into the
+model only once the choice is made, so a bad batch found mid-training (a NaN, a label out of
+range, a wrong shape), a divergence or an interruption changes none of its weights, ``alpha``
+or decisions. The copies' total (weights, gradients, optimizer state) is checked against the
+library's memory limit (:func:`posenc._resources.check_footprint`, ``$POSENC_MAX_MEMORY``)
+before the first is made. Inputs the model cannot run on (another dtype or device than its
+parameters, integers for a model of floats) are reported naming ``train`` or ``val``.
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
+from posenc._resources import check_footprint, format_bytes
 from posenc.search.batches import Batches, Data
 from posenc.search.encoding import EncodingSearch
+from posenc.search.mixed import MixedOp
 from posenc.search.selection import Selection, decided_error
 from posenc.search.supernet import (
     ENCODING_RECIPE,
@@ -67,6 +78,8 @@ RECIPE_KEYS: tuple[str, ...] = ("steps", "epochs", "batch_size", "optimizer", "l
 MAX_RACE = 64
 #: An evaluation batch (a forward pass) costs this share of a training step.
 EVAL_COST = 1.0 / 3.0
+#: ``state_dict`` key of a module's extra state (a :class:`~posenc.search.MixedOp`'s decision), after its prefix.
+_EXTRA_STATE = "_extra_state"
 
 
 def _recipe(recipe: dict[str, Any]) -> dict[str, Any]:
@@ -200,6 +213,98 @@ def race_plan(candidates: int, total: int, budget: float, eval_steps: float, eta
     return plan(lo)
 
 
+def _trained_copy_bytes(model: nn.Module, optimizer: str, momentum: float) -> float:
+    """Bytes of one trained copy of ``model``: its parameters and buffers, the parameters' gradients
+    and the weights' optimizer state (AdamW: two moments; SGD: one momentum buffer, none at momentum 0)."""
+    params = float(sum(p.numel() * p.element_size() for p in model.parameters()))
+    buffers = float(sum(b.numel() * b.element_size() for b in model.buffers()))
+    moments = 2 if optimizer == "adamw" else (1 if momentum else 0)
+    return params * (2 + moments) + buffers
+
+
+def _check_copies(model: nn.Module, copies: int, rec: dict[str, Any], selector: str) -> None:
+    """Refuse, before the first copy is made, copies whose total exceeds the library's memory limit."""
+    each = _trained_copy_bytes(model, rec["optimizer"], rec["momentum"])
+    if selector == "race":
+        check_footprint(copies * each, f"candidates={copies}",
+                        f"the race's {copies} trained copies of the model ({format_bytes(each)} each: weights, "
+                        "gradients, optimizer state; selector='pt' trains one supernet)")
+    else:
+        check_footprint(each, "the model's size",
+                        f"choose_encoding(selector={selector!r})'s trained copy of the model (weights, gradients, "
+                        "optimizer state; the model is written only once the choice is made)")
+
+
+def _check_materialised(model: nn.Module) -> None:
+    meta = [n for n, t in itertools.chain(model.named_parameters(), model.named_buffers()) if t.is_meta]
+    if meta:
+        raise ValueError(f"model has {len(meta)} parameter(s) or buffer(s) on the meta device (shapes without "
+                         f"values), e.g. {meta[:3]}: materialise it (model.to_empty(device=...), then load its "
+                         "weights) before choose_encoding")
+
+
+def _commit(model: nn.Module, source: nn.Module, choices: dict[str, str], by: str) -> None:
+    """Write the trained ``source`` (a copy of ``model``) into ``model`` and discretise its searched edges.
+
+    Parameters, buffers and other extra state are copied in place (the user's optimizers keep their
+    tensors); the edges' decisions are not loaded, so the other edges stay as they were (their
+    ``decided_by`` included) and the searched ones are discretised here.
+    """
+    decisions = {f"{name}.{_EXTRA_STATE}" if name else _EXTRA_STATE
+                 for name, m in source.named_modules() if isinstance(m, MixedOp)}
+    state = {k: v for k, v in source.state_dict().items() if k not in decisions}
+    result = model.load_state_dict(state, strict=False)
+    stray = [k for k in result.missing_keys if k not in decisions] + list(result.unexpected_keys)
+    if stray:  # a copy has the model's keys: only a model that changed its modules meanwhile gets here
+        raise RuntimeError(f"the trained copy does not match the model any more (keys {stray[:5]})")
+    edges = mixed_ops(model)
+    for name, op in choices.items():
+        edges[name].discretize(op, by=by)
+
+
+def _explain_failure(model: nn.Module, sources: tuple[Batches, ...], batch_size: int) -> Exception | None:
+    """After a failed call: an error naming ``train`` or ``val`` when ``model`` cannot run on the first
+    batch of one of them (its dtype or device is not the model's, or the model's own input check
+    refuses it), else None (the original error stands). Runs ``model`` once per source in eval mode
+    without gradients and with the global random state restored: the model is left as it is."""
+    params = list(model.parameters())
+    dtypes = sorted({str(p.dtype) for p in params if p.is_floating_point()})
+    devices = sorted({str(p.device) for p in params})
+    cuda = sorted({p.device.index or 0 for p in params if p.is_cuda})
+    for src in sources:
+        try:
+            xb, _ = next(iter(src.epoch(batch_size)))
+        except Exception:  # the data's own error (an empty or malformed batch) is the original one
+            return None
+        if not isinstance(xb, torch.Tensor):
+            return None
+        was = model.training
+        try:
+            with torch.random.fork_rng(devices=cuda), torch.no_grad():
+                model.eval()
+                model(xb)
+        except MemoryError:
+            return None
+        except Exception as err:
+            seen = f"batch 0's inputs: shape {tuple(xb.shape)}, {xb.dtype}, on {xb.device}"
+            said = f"(the model raised {type(err).__name__}: {err})"
+            if devices and str(xb.device) not in devices:
+                return ValueError(f"{src.name}: the model cannot run on its inputs ({seen}): its parameters are on "
+                                  f"{', '.join(devices)}; move the inputs or the model {said}")
+            if dtypes and str(xb.dtype) not in dtypes and isinstance(err, (RuntimeError, TypeError)):
+                fix = (f"convert the inputs (.to({dtypes[0]})) or the model (model.to({xb.dtype}))"
+                       if xb.is_floating_point() else f"give floating-point inputs (.to({dtypes[0]}))")
+                return TypeError(f"{src.name}: the model cannot run on its inputs ({seen}): its parameters are "
+                                 f"{', '.join(dtypes)}; {fix} {said}")
+            if isinstance(err, (TypeError, ValueError)):
+                cls = TypeError if isinstance(err, TypeError) else ValueError
+                return cls(f"{src.name}: the model refused its inputs ({seen}): {err}")
+            return None
+        finally:
+            model.train(was)
+    return None
+
+
 def _check_model(model: nn.Module) -> dict[str, EncodingSearch]:
     edges = mixed_ops(model)
     other = [n for n, e in edges.items() if not isinstance(e, EncodingSearch) and e.undecided]
@@ -247,16 +352,26 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
         steps) and ``cost`` (``steps`` spent, ``standalone_steps``, ``budget_steps``,
         ``ratio`` = spent / one stand-alone training).
 
+    A refused call (bad input found before or during training, a divergence) leaves ``model``
+    as it was: the selectors train copies (see the module docstring) and write into ``model``
+    only the finished result.
+
     Raises:
         ValueError: no undecided ``EncodingSearch`` (naming what decided it), an undecided
-            edge of another kind, a budget too small for the selector, bad recipe values.
-        TypeError: an unknown recipe keyword.
+            edge of another kind, a model on the meta device, a budget too small for the
+            selector, bad recipe values, a bad batch (naming ``train`` or ``val``), inputs on
+            another device than the model.
+        TypeError: an unknown recipe keyword; inputs of a dtype the model cannot run on
+            (naming ``train`` or ``val``).
+        FootprintError: the copies to train (a ``MemoryError`` and a ``ValueError``) exceed the
+            library's memory limit; raised before any copy is made.
     """
     todo = _check_model(model)
     check_choice("selector", selector, CHOICE_SELECTORS)
     check_choice("criterion", criterion, ("accuracy", "loss"))
     budget = check_positive_float("budget", budget)
     _check_seed(seed)
+    _check_materialised(model)
     rec = _recipe(recipe)
     train_b, val_b = Batches("train", train), Batches("val", val)
     total, per_epoch = _steps(train_b, rec.get("steps"), rec.get("epochs"), rec["batch_size"])
@@ -269,12 +384,21 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
     eval_steps = EVAL_COST * val_batches
     by = f"choose_encoding(selector={selector!r})"
     sel = Selection(f"choose_encoding:{selector}", {}, criterion=criterion)
-    if selector == "race":
-        spent = _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, by, sel)
-    elif selector == "pt":
-        spent = _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel)
-    else:
-        spent = _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel)
+    try:
+        if selector == "race":
+            spent = _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion,
+                          by, sel)
+        elif selector == "pt":
+            spent = _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel)
+        else:
+            spent = _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel)
+    except (RuntimeError, TypeError, ValueError) as err:
+        if isinstance(err, MemoryError):
+            raise
+        better = _explain_failure(model, (train_b, val_b), rec["batch_size"])
+        if better is not None:
+            raise better from err
+        raise
     sel.cost = {"steps": spent, "standalone_steps": total, "budget": budget, "budget_steps": budget * total,
                 "ratio": spent / total}
     return sel
@@ -287,6 +411,7 @@ def _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps
         raise ValueError(f"a race over {len(combos)} joint candidates of {len(names)} EncodingSearch layers exceeds "
                          f"{MAX_RACE}; use selector='pt' or fewer candidates")
     plan = race_plan(len(combos), total, budget, eval_steps)
+    _check_copies(model, len(combos), rec, "race")
     label = "|".join(names)
     runs: dict[tuple, _Standalone] = {}
     for combo in combos:
@@ -314,11 +439,8 @@ def _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps
         sel.decisions.append({"rung": k + 1, "steps": reach, "candidates": ["|".join(c) for c in alive],
                               "scores": {"|".join(c): records[c]["score"] for c in alive}})
     winner = alive[0]
-    model.load_state_dict(runs[winner].model.state_dict())
-    edges = mixed_ops(model)
-    for n, op in zip(names, winner):
-        edges[n].discretize(op, by=by)
-        sel.choices[n] = op
+    sel.choices.update(zip(names, winner))
+    _commit(model, runs[winner].model, sel.choices, by)
     sel.candidates = {label: {"|".join(c): records[c] for c in combos}}
     return spent
 
@@ -329,16 +451,20 @@ def _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, crite
     if steps < 1:
         raise ValueError(f"budget={budget} is too small for selector 'pt': its {evals} evaluations alone cost "
                          f"{evals * eval_steps / total:.3f} of a training")
-    hist = train_darts(model, train_b, val_b, steps=steps, fixed_alpha=True, seed=seed, **_train_kw(rec))
+    _check_copies(model, 1, rec, "pt")
+    work = copy.deepcopy(model)  # trained and decided here; written into model once every edge is decided
+    work_edges = mixed_ops(work)
+    hist = train_darts(work, train_b, val_b, steps=steps, fixed_alpha=True, seed=seed, **_train_kw(rec))
     spent = float(hist["passes"])
     sel.candidates = {}
-    for name, edge in todo.items():
+    for name in todo:
+        edge = work_edges[name]
         scores: dict[str, dict[str, Any]] = {}
         best, best_s = None, None
         for op in edge.names:
             others = [o for o in edge.names if o != op]
             with edge.masked(*others) if others else contextlib.nullcontext():
-                s = _score(model, val_b, rec["batch_size"], rec["loss_fn"])
+                s = _score(work, val_b, rec["batch_size"], rec["loss_fn"])
             cost = EVAL_COST * s["batches"]
             spent += cost
             scores[op] = {"score": s["accuracy"] if criterion == "accuracy" else s["loss"], "val_accuracy":
@@ -351,6 +477,7 @@ def _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, crite
         sel.candidates[name] = scores
         sel.decisions.append({"edge": name, "scores": {k: v["score"] for k, v in scores.items()}, "chosen": best,
                               "supernet_steps": steps})
+    _commit(model, work, sel.choices, by)
     return spent
 
 
@@ -360,9 +487,13 @@ def _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel) -
         raise ValueError(f"budget={budget} is too small for selector 'magnitude' (each step costs 2)")
     kw = _train_kw(rec)
     kw["a_lr"] = rec["a_lr"] if rec["a_lr"] is not None else alpha_lr(steps)
-    hist = train_darts(model, train_b, val_b, steps=steps, seed=seed, **kw)
+    _check_copies(model, 1, rec, "magnitude")
+    work = copy.deepcopy(model)  # trained here; written into model once every edge is decided
+    work_edges = mixed_ops(work)
+    hist = train_darts(work, train_b, val_b, steps=steps, seed=seed, **kw)
     sel.candidates = {}
-    for name, edge in todo.items():
+    for name in todo:
+        edge = work_edges[name]
         w = torch.softmax(edge.alpha.detach().double(), 0).tolist()
         order = sorted(range(len(w)), key=lambda i: -w[i])  # stable: the earlier candidate wins an exact tie
         best = edge.names[order[0]]
@@ -372,6 +503,7 @@ def _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel) -
                                 for i, op in enumerate(edge.names)}
         sel.decisions.append({"edge": name, "scores": dict(zip(edge.names, w)), "chosen": best,
                               "supernet_steps": steps})
+    _commit(model, work, sel.choices, by)
     return float(hist["passes"])
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
 from posenc.search.batches import Data
-from posenc.search.selection import CRITERIA, Selection, magnitude_select, perturbation_select, topology_select
+from posenc.search.selection import CRITERIA, TIES, Selection, magnitude_select, perturbation_select, topology_select
 from posenc.search.batches import Batches
 from posenc.search.supernet import OLD_NAMES, _check_seed, evaluate, mixed_ops, resolve_recipe, train_darts
 from posenc.search.tuning import Finetune, tuning_epochs
@@ -71,7 +71,7 @@ def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = Fa
              a_optimizer: Any = None, proj_intv: int = 5, finetune_epochs: float | None = None,
              criterion: str = "accuracy", seed: int = 0, train_kwargs: Mapping[str, Any] | None = None,
              progress: Callable[[int, int, dict], None] | None = None,
-             keep_none: bool = True) -> tuple[Selection, Selection | None]:
+             keep_none: bool = True, ties: str = "random") -> tuple[Selection, Selection | None]:
     """DARTS-PT's selection on a trained supernet, as the authors' code runs it; discretises
     (and prunes) ``model`` in place.
 
@@ -97,11 +97,16 @@ def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = Fa
         train_kwargs: the supernet's :func:`~posenc.search.train_darts` keywords
             (:func:`~posenc.search.train_network`'s names; the former ``w_*`` names still work,
             with a ``DeprecationWarning``).
+        ties: how equal scores are decided, in operation and topology selection alike (one of
+            :data:`~posenc.search.TIES`): ``'random'`` (seeded) or ``'official'``, the authors' rule
+            (the lowest op index; for topology, the last of the tied edges), which makes their
+            decisions where scores tie.
 
     Returns:
         ``(operation selection, topology selection or None)``.
     """
     check_choice("criterion", criterion, CRITERIA)
+    check_choice("ties", ties, TIES)
     check_positive_int("proj_intv", proj_intv)
     if finetune_epochs is not None:
         check_positive_float("finetune_epochs", finetune_epochs, allow_zero=True)
@@ -131,11 +136,12 @@ def darts_pt(model: nn.Module, train: Data, val: Data, *, fixed_alpha: bool = Fa
         raise TypeError(f"keep_none must be a bool, got {type(keep_none).__name__}")
     never = tuple(o for o in how["exclude"] if not (keep_none and o == "none"))
     sel = perturbation_select(model, val, criterion=criterion, finetune=tune, groups=how["groups"], seed=seed,
-                              batch_size=bs, exclude=never, loss_fn=kw.get("loss_fn"), progress=progress)
+                              batch_size=bs, exclude=never, loss_fn=kw.get("loss_fn"), progress=progress, ties=ties)
     topo = None
     if how["nodes"]:
         topo = topology_select(model, val, how["nodes"], criterion=criterion, finetune=tune,
-                               groups=how["node_groups"], seed=seed, batch_size=bs, loss_fn=kw.get("loss_fn"))
+                               groups=how["node_groups"], seed=seed, batch_size=bs, loss_fn=kw.get("loss_fn"),
+                               ties=ties)
     return sel, topo
 
 

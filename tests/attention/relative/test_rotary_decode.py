@@ -1,5 +1,6 @@
 """RoPE decoding far from position 0: only the rows needed, the same values as the full table,
-a clear error past 2**53, a refused table size, and q/k each rotated at its own precision."""
+a clear error past 2**53 and past the angles' precision bound (MAX_ANGLE; see test_rope_precision.py),
+a refused table size, and q/k each rotated at its own precision."""
 
 import math
 
@@ -8,7 +9,7 @@ import torch
 
 from posenc.attention import RotaryEmbedding
 from posenc.attention.relative import rotary as rotary_module
-from posenc.attention.relative.rotary import MAX_POSITION, apply_rope, apply_rope_qk
+from posenc.attention.relative.rotary import MAX_ANGLE, MAX_POSITION, apply_rope, apply_rope_qk
 
 
 def _reference(x: torch.Tensor, positions, freqs: torch.Tensor, layout: str = "half") -> torch.Tensor:
@@ -25,7 +26,8 @@ def _reference(x: torch.Tensor, positions, freqs: torch.Tensor, layout: str = "h
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("offset", [10**6, 10**8, 10**12, MAX_POSITION - 3])
+# the last: the largest offset whose 3 keys stay within MAX_ANGLE (farther offsets: refused)
+@pytest.mark.parametrize("offset", [10**6, 10**8, 2 * 10**9, int(MAX_ANGLE) - 2])
 def test_decode_at_a_large_offset_against_a_float64_reference(offset, layout):
     g = torch.Generator().manual_seed(0)
     rope = RotaryEmbedding(16, layout=layout)
@@ -59,7 +61,9 @@ def test_offsets_beyond_2_53_are_a_clear_error():
             apply_rope(x, offset=off)
         with pytest.raises(ValueError, match="offset must be at most 2"):
             apply_rope_qk(x, x, offset=off)
-    rope(x, x, offset=MAX_POSITION - 2)  # the last representable pair of positions
+    # the last representable pair of positions is exact, but its angles are beyond RoPE's precision bound
+    with pytest.raises(ValueError, match="offset: the positions are too far from 0 for RoPE's precision"):
+        rope(x, x, offset=MAX_POSITION - 2)
 
 
 @pytest.mark.parametrize("inplace", [False, True])

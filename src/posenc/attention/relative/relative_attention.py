@@ -55,6 +55,7 @@ from torch import nn
 from posenc._cache import same_bits
 from posenc._checks import _compiling, check_choice, check_divisible, check_positive_int, check_tensor
 from posenc._resources import check_footprint
+from posenc.attention.relative._settings import fixed_setting
 from posenc.attention.relative.relative_bias import RelativePositionBias, toeplitz_from_offsets
 from posenc.attention.relative.rotary import DEFAULT_MAX_SEQ_LEN, RotaryEmbedding, check_positions, xpos_log_range
 from posenc.attention.relative.rotary_nd import AxialRotaryEmbedding, MixedRotaryEmbedding
@@ -88,7 +89,18 @@ class RelativeSelfAttention(nn.Module):
         bias: biases in the input and output projections.
         seed: seed of ``"rope_mixed"``'s initial directions.
         device, dtype: of the parameters.
+
+    ``dim``, ``num_heads``, ``head_dim`` and ``position`` are fixed at construction (assigning
+    them raises :class:`~posenc.attention.relative._settings.ReadOnlySettingError`); the
+    position modules' own settings that may change (``rotary.base``, ``rel_bias.max_distance``
+    of T5 buckets, ...) take effect at the next call: no cache outlives them.
     """
+
+    dim = fixed_setting("dim", "the projections are dim x dim")
+    num_heads = fixed_setting("num_heads", "the projections are split into num_heads heads and the position "
+                                           "modules are built per head")
+    head_dim = fixed_setting("head_dim", "dim / num_heads, the width of the position modules")
+    position = fixed_setting("position", "the position module (rotary, slopes or bias table) is built for it")
 
     def __init__(
         self,
@@ -118,8 +130,8 @@ class RelativeSelfAttention(nn.Module):
         check_positive_int("dim", dim)
         check_positive_int("num_heads", num_heads)
         check_divisible("dim", dim, num_heads, f"split over num_heads={num_heads}")
-        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
-        self.position = check_choice("position", position, POSITIONS)
+        self._dim, self._num_heads, self._head_dim = dim, num_heads, dim // num_heads
+        self._position = check_choice("position", position, POSITIONS)
         self.causal = bool(causal)
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")

@@ -145,6 +145,13 @@ class RelativePositionBias(nn.Module):
         device, dtype: of the table.
 
     The table starts at zero (no preference), so an untrained model attends as without it.
+
+    ``max_distance``, ``num_buckets`` and ``bidirectional`` may be reassigned: the next call
+    buckets with the new values (no cache outlives them). They are checked at that call against
+    each other and the table (a clipped bias needs ``num_buckets == 2 * max_distance + 1``; T5
+    buckets as at construction; the table needs ``num_heads`` rows and ``num_buckets`` columns at
+    least), so a reassignment the table cannot serve is a ``ValueError``, never an index read
+    out of place.
     """
 
     def __init__(
@@ -170,7 +177,35 @@ class RelativePositionBias(nn.Module):
     def reset_parameters(self) -> None:
         self.table.zero_()
 
+    def check_settings(self) -> None:
+        """Check the (possibly reassigned) bucket settings against each other and the table.
+
+        Raises:
+            ValueError: an unknown ``kind``, T5 bucket arguments out of range, a clipped bias whose
+                ``num_buckets`` is not ``2 * max_distance + 1``, or a table without ``num_heads`` rows
+                and ``num_buckets`` columns.
+        """
+        check_choice("kind", self.kind, KINDS)
+        check_positive_int("max_distance", self.max_distance)
+        if self.kind == "t5":
+            check_bucket_args(self.num_buckets, self.max_distance, bool(self.bidirectional))
+        elif self.num_buckets != 2 * self.max_distance + 1:
+            raise ValueError(
+                f"a clipped bias with max_distance={self.max_distance} has 2 * max_distance + 1 = "
+                f"{2 * self.max_distance + 1} buckets, but num_buckets={self.num_buckets}: reassign both "
+                f"(with a table of that many columns), or build a new RelativePositionBias"
+            )
+        rows, cols = self.table.shape
+        if rows != self.num_heads or cols < self.num_buckets:
+            raise ValueError(
+                f"the bias table must have num_heads={self.num_heads} rows and at least num_buckets="
+                f"{self.num_buckets} columns, got shape {tuple(self.table.shape)}"
+            )
+
     def buckets(self, offsets: torch.Tensor) -> torch.Tensor:
+        """The bucket (a column of :attr:`table`) of each integer offset ``j - i``."""
+        if not _compiling():
+            self.check_settings()
         if self.kind == "t5":
             return t5_buckets(offsets, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
                               max_distance=self.max_distance)
@@ -204,6 +239,7 @@ class RelativePositionBias(nn.Module):
         """The bucket of each offset ``j - i`` from ``-(n_q - 1)`` to ``n_k - 1``: ``(n_q + n_k - 1,)`` int64 (cached)."""
         if _compiling():  # traced: no Python-side cache (the graph computes it)
             return self.buckets(torch.arange(-(n_q - 1), n_k, device=self.table.device))
+        self.check_settings()  # reassigned settings (or a replaced table) are checked at every call
         # everything the buckets depend on (attributes a user may reassign included)
         key = (n_q, n_k, self.table.device, self.kind, self.num_buckets, self.max_distance, self.bidirectional)
         cache = self.__dict__.setdefault("_offset_cache", {})

@@ -63,6 +63,7 @@ from posenc._checks import (
     check_tensor,
 )
 from posenc._resources import check_footprint
+from posenc.attention.relative._settings import fixed_setting
 from posenc.attention.relative.frequencies import rope_frequencies
 from posenc.attention.relative.rope_hf import rope_from_hf_config
 from posenc.attention.relative.rope_scaling import RopeScaling
@@ -71,9 +72,9 @@ from posenc.attention.relative.xpos import _check_xpos_range, xpos_default_cente
 from posenc.encodings.base import compute_dtype
 
 __all__ = [
-    "LAYOUTS", "RotaryEmbedding", "apply_rope", "apply_rope_qk", "check_positions", "check_rotary_dim",
-    "convert_rope_layout", "layout_permutation", "rope_angles", "rope_frequencies", "rotate", "xpos_default_center",
-    "xpos_log_range", "xpos_scales",
+    "ANGLE_TOLERANCE", "LAYOUTS", "MAX_ANGLE", "RotaryEmbedding", "apply_rope", "apply_rope_qk",
+    "check_angle_precision", "check_positions", "check_rotary_dim", "convert_rope_layout", "layout_permutation",
+    "rope_angles", "rope_frequencies", "rotate", "xpos_default_center", "xpos_log_range", "xpos_scales",
 ]
 
 LAYOUTS = ("half", "interleaved")
@@ -148,8 +149,52 @@ def rotate(
 
 
 #: Positions (``offset + n``) RoPE accepts without explicit positions: integers up to 2**53 are
-#: exact in float64, in which the angles are computed.
+#: exact in float64, in which the angles are computed. The angles set a tighter bound
+#: (:data:`MAX_ANGLE`: about 2.25e9 positions at the usual largest frequency, 1).
 MAX_POSITION = 2**53
+#: The largest error (radians) RoPE lets a rotation angle have, against ``p * theta * s`` computed
+#: exactly from the position ``p``, the float64 frequency ``theta`` in use and the position scale ``s``.
+ANGLE_TOLERANCE = 1e-6
+#: The largest ``|angle|`` (radians) RoPE accepts. An angle is made with at most three roundings to
+#: float64 (the position, the product with ``theta``, the product with ``position_scale``), each
+#: within ``2**-53`` of its result, so its error is at most ``(3 + 4e-16) * 2**-53 * |angle|``: below
+#: ``ANGLE_TOLERANCE`` for ``|angle| <= ANGLE_TOLERANCE / (4 * 2**-53)`` (about 2.25e9). With the
+#: largest frequency 1 (``base ** 0``, every base) that is positions up to 2.25e9; the cosines and
+#: sines of accepted angles are then within 1e-6 of those of the exact angles, whatever the offset.
+MAX_ANGLE = ANGLE_TOLERANCE / (4 * 2.0**-53)
+
+
+def check_angle_precision(angles: torch.Tensor, name: str = "positions") -> None:
+    """Refuse rotation angles beyond :data:`MAX_ANGLE`, whose float64 value may be off by more than
+    :data:`ANGLE_TOLERANCE` (so that scores would depend on the absolute position, not only the relative one).
+
+    Args:
+        angles: float64 angles ``position x frequency x position_scale`` (any shape).
+        name: the argument that set the positions (``"offset"``, ``"positions"``, ``"q_positions"``, ...).
+
+    Raises:
+        ValueError: naming ``name``, the largest angle and the bound. Non-finite angles are left to
+            :func:`rotate`'s own check; skipped under ``torch.compile``.
+    """
+    check_tensor("angles", angles)
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str (the argument to name in the error), got {type(name).__name__}")
+    if _compiling() or angles.numel() == 0:
+        return
+    top = float(angles.detach().abs().amax())
+    if math.isfinite(top) and top > MAX_ANGLE:
+        raise _precision_error(name, top)
+
+
+def _precision_error(name: str, top: float) -> ValueError:
+    """The error of :func:`check_angle_precision` for angles up to ``top`` set by argument ``name``."""
+    return ValueError(
+        f"{name}: the positions are too far from 0 for RoPE's precision: they give rotation angles (position x "
+        f"frequency x position_scale) up to {top:.4g} rad, beyond {MAX_ANGLE:.4g} rad, where the float64 angle may "
+        f"be off by more than {ANGLE_TOLERANCE:g} rad and the scores would change with the absolute position (with "
+        f"the largest frequency 1: positions must stay within +-{MAX_ANGLE:.4g}). RoPE depends only on position "
+        "differences: shift the positions towards 0 (e.g. subtract the first)"
+    )
 
 
 def _check_offset(offset, n: int = 0) -> int:
@@ -241,7 +286,9 @@ def apply_rope(
         raise ValueError("offset shifts the default positions: pass positions or offset, not both")
     pos = _default_positions(positions, x.shape[-2], x.device, offset)
     _check_broadcast("positions", pos, x.shape[:-1])
-    return rotate(x, rope_angles(pos, freqs), layout, inplace=inplace)
+    angles = rope_angles(pos, freqs)
+    check_angle_precision(angles, "positions" if positions is not None or not offset else "offset")
+    return rotate(x, angles, layout, inplace=inplace)
 
 
 def _resolve_qk_positions(n_q: int, n_k: int, q_positions, k_positions, offset, device):
@@ -334,6 +381,13 @@ def apply_rope_qk(
     _check_broadcast("k_positions", pk, k.shape[:-1])
     aq = rope_angles(pq, freqs) * position_scale
     ak = rope_angles(pk, freqs) * position_scale
+    if q_positions is None and k_positions is None:
+        name_q = name_k = "offset"
+    else:
+        name_q = "q_positions" if q_positions is not None else "k_positions"
+        name_k = "k_positions" if k_positions is not None else "q_positions"
+    check_angle_precision(ak, name_k)
+    check_angle_precision(aq, name_q)
     sq = sk = None
     if xpos_scale_base is not None:
         xpos_scale_base = check_positive_float("xpos_scale_base", xpos_scale_base)
@@ -456,11 +510,72 @@ class RotaryEmbedding(nn.Module):
             through :meth:`set_scaling` (so no write can leave the table stale).
         position_scale: the factor positions are multiplied by (position interpolation; else 1).
         attention_factor: the factor q and k are multiplied by (YaRN, LongRoPE; else 1).
+        base, scaling: may be reassigned: the frequencies and the table are rebuilt, so the
+            module computes what a new one built with the new value computes. ``layout`` and
+            ``max_seq_len`` may be reassigned too (checked); ``head_dim`` and ``rotary_dim``
+            are fixed (the table's width): assigning them raises
+            :class:`~posenc.attention.relative._settings.ReadOnlySettingError`.
+
+    Precision: every angle is refused beyond :data:`MAX_ANGLE` (about 2.25e9 rad: positions up to
+    2.25e9 at the largest frequency 1), so that it is within :data:`ANGLE_TOLERANCE` (1e-6 rad) of
+    the exact ``p * theta * position_scale``; a ``ValueError`` names ``offset`` or the positions.
     """
+
+    head_dim = fixed_setting("head_dim", "q and k are checked against it and rotary_dim is derived from it")
+    rotary_dim = fixed_setting("rotary_dim", "the frequencies and the cos/sin table have rotary_dim / 2 columns")
 
     @property
     def freqs(self) -> torch.Tensor:
         return self._freqs.clone()
+
+    @property
+    def base(self) -> float:
+        """The wavelength base; assigning it rebuilds the frequencies and the table."""
+        return self._base
+
+    @base.setter
+    def base(self, value: float) -> None:
+        value = check_positive_float("base", value)
+        if value <= 1.0:
+            raise ValueError(f"base must be > 1, got {value}")
+        old = self._base
+        self._base = value
+        try:
+            self.set_scaling(self._scaling)
+        except Exception:
+            self._base = old
+            raise
+
+    @property
+    def scaling(self):
+        """The :class:`RopeScaling` in use (or None); assigning it is :meth:`set_scaling`."""
+        return self._scaling
+
+    @scaling.setter
+    def scaling(self, value) -> None:
+        self.set_scaling(value)
+
+    @property
+    def layout(self) -> str:
+        """``"half"`` or ``"interleaved"`` (checked when assigned)."""
+        return self._layout
+
+    @layout.setter
+    def layout(self, value: str) -> None:
+        self._layout = check_choice("layout", value, LAYOUTS)
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """Rows the table covers without growing (checked when assigned, as at construction)."""
+        return self._max_seq_len
+
+    @max_seq_len.setter
+    def max_seq_len(self, value: int | None) -> None:
+        value = None if value is None else check_positive_int("max_seq_len", value)
+        if value is not None:
+            check_footprint(rope_table_bytes(value, self.rotary_dim), f"max_seq_len={value}",
+                            f"the RoPE cos/sin table of {self.rotary_dim // 2} frequencies")
+        self._max_seq_len = value
 
     @property
     def position_scale(self) -> float:
@@ -485,22 +600,19 @@ class RotaryEmbedding(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        self.head_dim = check_positive_int("head_dim", head_dim)
-        self.rotary_dim = check_rotary_dim(head_dim, rotary_dim)
-        self.base = check_positive_float("base", base)
-        if self.base <= 1.0:
+        self._head_dim = check_positive_int("head_dim", head_dim)
+        self._rotary_dim = check_rotary_dim(head_dim, rotary_dim)
+        self._base = check_positive_float("base", base)
+        if self._base <= 1.0:
             raise ValueError(f"base must be > 1, got {base}")
-        self.layout = check_choice("layout", layout, LAYOUTS)
+        self.layout = layout
         self.xpos_scale_base = None if xpos_scale_base is None else check_positive_float("xpos_scale_base", xpos_scale_base)
         self.xpos_gamma = check_positive_float("xpos_gamma", xpos_gamma)
         self.xpos_center = None if xpos_center is None else check_finite_float("xpos_center", xpos_center)
-        self.max_seq_len = None if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
-        if self.max_seq_len is not None:
-            check_footprint(rope_table_bytes(self.max_seq_len, self.rotary_dim), f"max_seq_len={self.max_seq_len}",
-                            f"the RoPE cos/sin table of {self.rotary_dim // 2} frequencies")
+        self.max_seq_len = max_seq_len
         self.register_buffer("_cos", torch.empty(0, self.rotary_dim // 2, device=device), persistent=False)
         self.register_buffer("_sin", torch.empty(0, self.rotary_dim // 2, device=device), persistent=False)
-        self.scaling = None
+        self._scaling = None
         self.set_scaling(scaling)
 
     @classmethod
@@ -532,8 +644,10 @@ class RotaryEmbedding(nn.Module):
         if scaling is not None and scaling.kind in ("ntk", "dynamic") and self.rotary_dim < 4:
             raise ValueError(f"{scaling.kind} scaling needs rotary_dim >= 4, got {self.rotary_dim}")
         freqs, position_scale, attention_factor = self._frequencies(scaling, None)
-        self.scaling = scaling
+        self._scaling = scaling
         self._freqs, self._position_scale, self._attention_factor = freqs, position_scale, attention_factor
+        # the largest angular speed (radians per position) of the table: refuses offsets beyond MAX_ANGLE
+        self._top_speed = float(freqs.abs().max()) * position_scale
         size = self._cos.shape[0] or (self.max_seq_len or 0)
         dt = torch.float64 if self._cos.dtype == torch.float64 else torch.float32
         self._cos, self._sin = self._build_table(size, self._cos.device, dt)
@@ -609,6 +723,8 @@ class RotaryEmbedding(nn.Module):
             end = off + n_k
             long = self.scaling is not None and self.scaling.length_dependent and end > self.scaling.trained_length
             if self.xpos_scale_base is None and not long:
+                if (end - 1) * self._top_speed > MAX_ANGLE:
+                    raise _precision_error("offset", (end - 1) * self._top_speed)
                 # q and k are each rotated at their own precision (a float64 key cache stays float64): the table
                 # is built in the wider of the two and cast for the other (the values a table of it would hold)
                 dq, dk = compute_dtype(q.dtype), compute_dtype(k.dtype)

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
-from posenc.attention.relative.rotary import LAYOUTS, _check_x, check_positions, rotate
+from posenc.attention.relative._settings import fixed_setting
+from posenc.attention.relative.rotary import LAYOUTS, _check_x, check_angle_precision, check_positions, rotate
 
 
 def axial_frequencies(head_dim: int, num_axes: int, base: float = 100.0, *, dtype=torch.float64) -> torch.Tensor:
@@ -109,22 +110,41 @@ class AxialRotaryEmbedding(nn.Module):
     Args:
         head_dim: ``d`` (divisible by ``2 * num_axes``).
         num_axes: ``A`` coordinates per position (2 for images).
-        base: frequency base (100 in Heo et al. for 2D patch indices).
+        base: frequency base (100 in Heo et al. for 2D patch indices); may be reassigned
+            (the frequencies are rebuilt). ``head_dim`` and ``num_axes`` are fixed.
         layout: ``"half"`` or ``"interleaved"`` pairs.
+
+    Angles beyond :data:`~posenc.attention.relative.rotary.MAX_ANGLE` are refused (a
+    ``ValueError`` naming ``positions``), as in 1D RoPE.
     """
+
+    head_dim = fixed_setting("head_dim", "the pairs are split between the axes from it")
+    num_axes = fixed_setting("num_axes", "the frequencies have one block per axis")
 
     def __init__(self, head_dim: int, num_axes: int = 2, *, base: float = 100.0, layout: str = "half",
                  device=None) -> None:
         super().__init__()
-        self.head_dim = check_positive_int("head_dim", head_dim)
-        self.num_axes = check_positive_int("num_axes", num_axes)
-        self.base = float(base)
+        self._head_dim = check_positive_int("head_dim", head_dim)
+        self._num_axes = check_positive_int("num_axes", num_axes)
+        self._base = float(base)
         self.layout = check_choice("layout", layout, LAYOUTS)
         self.register_buffer("freqs", axial_frequencies(head_dim, num_axes, base).to(device), persistent=False)
+
+    @property
+    def base(self) -> float:
+        """The frequency base; assigning it rebuilds :attr:`freqs` (on their device, in their dtype)."""
+        return self._base
+
+    @base.setter
+    def base(self, value: float) -> None:
+        freqs = axial_frequencies(self.head_dim, self.num_axes, value)  # checks value
+        self.freqs = freqs.to(device=self.freqs.device, dtype=self.freqs.dtype)
+        self._base = float(value)
 
     def angles(self, positions: torch.Tensor, n: int) -> torch.Tensor:
         pos = _check_nd_positions(positions, n, self.num_axes)
         ang = nd_angles(pos, self.freqs)
+        check_angle_precision(ang, "positions")
         return ang[:, None] if ang.dim() == 3 else ang  # (B, n, K) -> (B, 1, n, K) over heads
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *,
@@ -155,6 +175,9 @@ class MixedRotaryEmbedding(nn.Module):
         layout: ``"half"`` or ``"interleaved"`` pairs.
         seed: seed of the random initial directions.
         device, dtype: of the frequency parameter.
+
+    ``base`` and ``seed`` set the initial frequencies only (:meth:`reset_parameters` reads them):
+    the learned ``freqs`` are the module's state, so reassigning them changes nothing until a reset.
     """
 
     def __init__(self, head_dim: int, num_heads: int, *, base: float = 10.0, layout: str = "half",
