@@ -32,7 +32,8 @@ def test_bad_model_and_task():
 def test_plans():
     quick = plan("quick")
     assert len({j.key for j in quick}) == len(quick) >= 12
-    assert {j.config.seed for j in quick} == {0, 1, 2}
+    assert {j.config.seed for j in quick} >= {0, 1, 2} and {j.config.epochs for j in quick} == {100}
+    assert {j.config.seed for j in plan("quick", 2)} == {0, 1}
     full = plan("full")
     assert all(j.config.epochs == 2001 for j in full)
     assert {j.config.model for j in full} == set(MODELS)
@@ -67,15 +68,24 @@ def test_summarize_claims_as_paired_differences_and_render():
     for s in range(3):  # 0.004 below P-GNN's: within the tie tolerance, not "below"
         results[f"gir.{s}"] = _fake("grid-link", "gir", s, 0.896 + 0.01 * s + 0.002 * s * s + 0.0001 * s)
     assert summarize(results)["claims"]["gir_ge_pgnn"]["verdict"] == "holds"
-    for s in range(2):  # P-GNN still learning on two seeds: one converged pair, no verdict
+    for s in range(2):  # P-GNN still learning on two seeds: one usable pair, no verdict
         results[f"pgnn-e.{s}"] = _fake("grid-link", "pgnn-e", s, 0.9, rising=True)
     gated = summarize(results)
     assert gated["claims"]["gir_ge_pgnn"]["comparisons"][0]["verdict"] == "not decided"
     assert gated["not_converged"] == ["grid-link-I.pgnn-e.s0", "grid-link-I.pgnn-e.s1"]
+    assert "0.5" in gated["gate"]["all settings"]["rule"]
     saved = []
     md = get_section("gir").render(gated, lambda name, fig: saved.append(name) or f"gir_{name}.png")
-    assert "GIR (path)" in md and "not decided" in md and "Holm" in md and "Not converged" in md
+    assert "GIR (path)" in md and "not decided" in md and "Holm" in md and "Still learning (2" in md
     assert saved == ["curves"]
+    # a GCN at chance failed to learn: its pairs are read as measured (the failure is the finding)
+    for s in range(3):
+        results[f"gcn.{s}"] = _fake("grid-link", "gcn", s, 0.5 + 0.003 * s)
+    at_chance = summarize(results)
+    assert at_chance["failed_to_learn"] == [f"grid-link-I.gcn.s{s}" for s in range(3)]
+    far = at_chance["claims"]["gir_far_above_gnn"]["comparisons"][0]
+    assert far["n"] == 3 and far["verdict"] == "holds" and len(far["gate"]["failed_runs"]) == 3
+
 
 
 def test_import_posenc_does_not_import_graph():

@@ -31,6 +31,9 @@ def test_results_are_json_and_sane(results):
     assert all(r["err_float64"] < 1e-6 for r in rows if r["range"] <= 5)
     run = results["train-copy-norm_rpe-s0"]
     assert 0.0 <= run["accuracy"] <= 1.0 and len(run["losses"]) == 4
+    # the validation curve the gate reads: every steps // evals steps, and the task's chance level
+    assert [p[0] for p in run["val_curve"]] == [1, 2, 3, 4] and run["chance"] == 1 / 16
+    assert results["train-recall-norm_rpe-s0"]["chance"] == 1 / 4
 
 
 def test_train_is_deterministic():
@@ -130,21 +133,35 @@ def test_speed_records_cpu_time_and_load_and_the_claim_reads_cpu_time(results):
 
 
 def test_training_claims_are_paired_gated_and_holm_adjusted():
-    def run(variant, seed, acc, losses=None, diverged=False):
+    def run(variant, seed, acc, curve=None, diverged=False):
+        curve = curve or [acc] * 10  # a plateau unless told otherwise
         return {"task": "copy", "variant": variant, "seed": seed, "accuracy": acc, "final_loss": 0.1,
-                "losses": losses or [2.0] * 10 + [0.5] * 30, "diverged": diverged, "spikes": 0, "max_grad_norm": 1.0,
-                "seconds": 1.0}
+                "losses": [2.0] * 10 + [0.5] * 30, "val_curve": [[10 * (i + 1), v] for i, v in enumerate(curve)],
+                "chance": 1 / 16, "diverged": diverged, "spikes": 0, "max_grad_norm": 1.0, "seconds": 1.0}
 
     res = {}
     for s in range(3):
         res[f"train-copy-norm_rpe-s{s}"] = run("norm_rpe", s, 0.95 + 0.01 * s)
         res[f"train-copy-norm_nope-s{s}"] = run("norm_nope", s, 0.40 + 0.02 * s)
-        res[f"train-copy-softmax_rpe-s{s}"] = run("softmax_rpe", s, 0.97, losses=[2.0 - 0.05 * i for i in range(40)])
-    c = exp.summarize(res)["claims"]
+        # softmax still rising at the end on every seed
+        res[f"train-copy-softmax_rpe-s{s}"] = run("softmax_rpe", s, 0.97, curve=[0.1 * i for i in range(1, 11)])
+        # the raw Performer stuck at chance: failed to learn, compared as measured
+        res[f"train-copy-performer_raw-s{s}"] = run("performer_raw", s, 0.06, curve=[0.06] * 10)
+    summary = exp.summarize(res)
+    c = summary["claims"]
     nope = c["copy_rpe_beats_nope"]
     assert nope["verdict"] == "holds" and nope["n"] == 3
     assert nope["diffs"] == pytest.approx([0.95 + 0.01 * s - (0.40 + 0.02 * s + exp.MARGIN) for s in range(3)])
     assert "holm_verdict" in nope
-    soft = c["copy_norm_rpe_close_to_softmax"]  # softmax's loss was still falling on every seed: no verdict
+    soft = c["copy_norm_rpe_close_to_softmax"]  # softmax was still learning on every seed: no verdict
     assert soft["verdict"] == "not decided" and soft["n"] == 0
-    assert exp.summarize(res)["not_converged"] == [f"train-copy-softmax_rpe-s{s}" for s in range(3)]
+    raw = c["copy_norm_rpe_beats_raw_performer"]
+    assert raw["verdict"] == "holds" and raw["n"] == 3 and len(raw["gate"]["failed_runs"]) == 3
+    assert summary["not_converged"] == [f"train-copy-softmax_rpe-s{s}" for s in range(3)]
+    assert summary["failed_to_learn"] == [f"train-copy-performer_raw-s{s}" for s in range(3)]
+    assert summary["gate"]["copy"]["chance"] == 1 / 16 and "0.02" in summary["gate"]["copy"]["rule"]
+    # a diverged run failed, whatever its curve
+    res["train-copy-norm_nope-s0"] = run("norm_nope", 0, 0.0, diverged=True)
+    assert "train-copy-norm_nope-s0" in exp.summarize(res)["failed_to_learn"]
+    md = get_section("krpe").render(exp.summarize(res), lambda name, fig: f"{name}.png")
+    assert "Still learning (3" in md and "Failed to learn (4" in md

@@ -71,7 +71,9 @@ def test_run_is_deterministic_and_reports_extensions():
     assert a["accuracy"] == b["accuracy"] and a["loss_curve"] == b["loss_curve"]
     assert set(a["accuracy"]) == {"16", "32"}
     assert set(a["extended"]) == {"linear", "ntk", "yarn"}
-    assert a["converged"] == (a["train_accuracy"] >= 0.95)
+    # the validation curve the gate reads: every step // evals steps, on sequences of the training length
+    assert [p[0] for p in a["val_curve"]] == [1, 2, 3] and a["val_curve"] == b["val_curve"]
+    assert a["state"] in ("converged", "failed to learn", "still learning")
 
 
 def test_bad_task_and_variant():
@@ -89,12 +91,23 @@ def test_plan_keys_and_shards():
     assert {j.config.task for j in full} == set(TASKS) and {j.config.variant for j in full} == set(VARIANTS)
     assert all(j.config.threads == 1 for j in quick)
     assert get_section("relative").plan("quick", 3)[0].config.seed == 0
-    assert len(get_section("relative").plan("quick", 2)) == len(quick) // 3 * 2
+    # --seeds 2 plans two seeds of every (task, variant) of the quick profile
+    pairs = {(j.config.task, j.config.variant) for j in quick}
+    assert len(get_section("relative").plan("quick", 2)) == 2 * len(pairs)
+    # the profile's numbers come from profiles.toml: the `first` task trains longer in the quick profile
+    steps = {j.config.task: j.config.steps for j in quick}
+    assert steps["first"] > steps["shift"] and max(j.config.test_factors[-1] for j in full) == 16
 
 
-def _fake(task, variant, seed, acc, converged=True):
+def _fake(task, variant, seed, acc, state="converged"):
+    # a validation curve the gate reads as `state`: a plateau at the final accuracy, a rise still
+    # going on at the end, or flat at chance (the task's chance is 1/8 for shift)
+    top = acc["16"]
+    values = {"converged": [top] * 10, "still learning": [top - 0.05 * (10 - i) for i in range(10)],
+              "failed to learn": [0.125] * 10}[state]
     return {"task": task, "variant": variant, "seed": seed, "train_length": 16, "accuracy": acc,
-            "train_accuracy": acc["16"], "converged": converged, "loss_curve": [1.0, 0.5], "extended": {}}
+            "train_accuracy": top, "val_curve": [[10 * (i + 1), v] for i, v in enumerate(values)],
+            "loss_curve": [1.0, 0.5], "extended": {}}
 
 
 def test_summary_claims_from_paired_seeds():
@@ -103,22 +116,30 @@ def test_summary_claims_from_paired_seeds():
         res[f"a{s}"] = _fake("shift", "cape", s, {"16": 1.0, "32": 0.9 + 0.01 * s, "64": 0.8})
         res[f"b{s}"] = _fake("shift", "sinusoidal", s, {"16": 1.0, "32": 0.5 + 0.02 * s, "64": 0.3})
         res[f"c{s}"] = _fake("shift", "cape_noshift", s, {"16": 1.0, "32": 0.95, "64": 0.9 - 0.01 * s})
-        res[f"d{s}"] = _fake("shift", "alibi", s, {"16": 0.3, "32": 0.3, "64": 0.3}, converged=False)
+        res[f"d{s}"] = _fake("shift", "alibi", s, {"16": 0.9, "32": 0.8, "64": 0.7}, state="still learning")
         res[f"e{s}"] = _fake("shift", "rope", s, {"16": 1.0, "32": 0.2, "64": 0.1})
+        res[f"f{s}"] = _fake("shift", "t5", s, {"16": 0.13, "32": 0.12 + 0.001 * s, "64": 0.12}, state="failed to learn")
     out = summarize(res)
     claims = out["claims"]
     assert claims["cape_degrades_less_than_sinusoidal"]["verdict"] == "holds"
     assert claims["cape_matches_sinusoidal_at_train_length"]["verdict"] == "holds"
     assert claims["cape_needs_global_shift"]["verdict"] == "contradicted"
-    # alibi never learned the task: its transfer claim is not read, whatever the numbers (the convergence gate)
+    # alibi was still learning the task: its transfer claim is not read, whatever the numbers (the convergence gate)
     alibi = claims["alibi_extrapolates_beyond_rope"]["comparisons"][0]
-    assert alibi["verdict"] == "not decided" and "4 of 8 runs had not converged" in alibi["note"]
-    assert alibi["n"] == 0 and alibi["learned"] == {"alibi": False, "rope": True}
+    assert alibi["verdict"] == "not decided" and "4 of 8 runs still learning" in alibi["note"]
+    assert alibi["n"] == 0
+    # T5 failed to learn shift: that is the finding, its comparisons are read as measured
+    t5 = next(c for c in claims["relative_beats_absolute_on_relative_tasks"]["comparisons"]
+              if c["method"] == "t5" and c["baseline"] == "sinusoidal")
+    assert t5["n"] == 4 and t5["verdict"] == "contradicted" and len(t5["gate"]["failed_runs"]) == 4
+    assert out["failed_to_learn"] == [f"shift.t5.s{s}" for s in range(4)]
+    assert out["not_converged"] == [f"shift.alibi.s{s}" for s in range(4)]
+    assert out["gate"]["shift"]["chance"] == 0.125
     # Holm over every comparison of the section, next to each verdict
     cape = claims["cape_degrades_less_than_sinusoidal"]["comparisons"][0]
     assert cape["holm_verdict"] == "holds" and cape["holm_family"] >= 3
     row = out["table"]["shift"]["cape"]
-    assert row["converged"] == 4
+    assert row["states"] == {"converged": 4, "failed to learn": 0, "still learning": 0}
     assert math.isclose(row["extrapolation"]["mean"], (0.915 + 0.8) / 2)
 
 

@@ -119,11 +119,12 @@ def test_gate_pairs_only_converged_runs_and_withholds_below_three():
     r = paired_difference(m, b, method_converged=conv_m, baseline_converged=conv_b)
     # seed 3's unconverged method run would have contradicted the claim: it is left out
     assert r["seeds"] == [0, 1, 2] and r["verdict"] == HOLDS
-    assert r["gate"] == {"pairs": [0, 1, 2], "runs": 8, "unconverged": 1, "unconverged_runs": ["method:3"]}
+    assert r["gate"] == {"pairs": [0, 1, 2], "runs": 8, "unconverged": 1, "unconverged_runs": ["method:3"],
+                         "failed_runs": []}
     conv_m = {0: True, 1: False, 2: False}
     r = paired_difference(m, b, method_converged=conv_m, baseline_converged=conv_b)
     assert r["verdict"] == NOT_DECIDED and r["holds"] is False
-    assert r["note"].startswith("not decided: 3 of 8 runs had not converged")
+    assert r["note"].startswith("not decided: 3 of 8 runs still learning")
     # one mapping alone gates too; a seed absent from it counts as not converged
     r = paired_difference(m, b, baseline_converged={0: True})
     assert r["verdict"] == NOT_DECIDED and r["n"] == 1
@@ -311,3 +312,54 @@ def test_crossed_difference_drops_incomplete_rows_and_needs_three_of_each():
         crossed_difference([1, 2])
     with pytest.raises(ValueError, match="direction"):
         crossed_difference({0: {0: 1.0}}, direction="up")
+
+
+def test_a_run_that_failed_to_learn_is_a_finding_and_only_still_learning_runs_drop_a_pair():
+    m = {0: 0.99, 1: 0.98, 2: 0.99, 3: 0.97}
+    b = {0: 0.16, 1: 0.15, 2: 0.18, 3: 0.95}
+    m_state = {0: "converged", 1: "converged", 2: "converged", 3: "converged"}
+    b_state = {0: "failed to learn", 1: "failed to learn", 2: "failed to learn", 3: "still learning"}
+    r = paired_difference(m, b, method_state=m_state, baseline_state=b_state)
+    # the three failures are compared as measured; seed 3's baseline, still learning, drops its pair
+    assert r["seeds"] == [0, 1, 2] and r["verdict"] == HOLDS
+    assert r["gate"]["failed_runs"] == ["baseline:0", "baseline:1", "baseline:2"]
+    assert r["gate"]["unconverged_runs"] == ["baseline:3"]
+    # with a second still-learning run only two pairs are left: not decided, naming why
+    b_state[2] = "still learning"
+    r = paired_difference(m, b, method_state=m_state, baseline_state=b_state)
+    assert r["verdict"] == NOT_DECIDED and r["note"].startswith("not decided: 2 of 8 runs still learning")
+    # both sides failed: the pair is read (a tie at chance), never dropped
+    r = paired_difference({0: 0.1, 1: 0.11, 2: 0.1}, {0: 0.1, 1: 0.1, 2: 0.11},
+                          method_state=dict.fromkeys(range(3), "failed to learn"),
+                          baseline_state=dict.fromkeys(range(3), "failed to learn"))
+    assert r["n"] == 3 and r["verdict"] != NOT_DECIDED
+
+
+def test_states_are_checked():
+    with pytest.raises(ValueError, match="method_state\\[0\\] must be one of"):
+        paired_difference({0: 1.0}, {0: 0.0}, method_state={0: "done"})
+    with pytest.raises(TypeError, match="baseline_state must be a mapping"):
+        paired_difference({0: 1.0}, {0: 0.0}, baseline_state=[("0", "converged")])
+    with pytest.raises(ValueError, match="method_converged or method_state, not both"):
+        paired_difference({0: 1.0}, {0: 0.0}, method_converged={0: True}, method_state={0: "converged"})
+
+
+def test_the_smallest_difference_that_matters_lets_a_null_effect_read_contradicted():
+    from posenc.experiments.stats import read_verdict
+
+    # a tight interval around zero: "not confirmed" without a sesoi, contradicted with one
+    assert read_verdict(-0.004, 0.006, "greater") == NOT_CONFIRMED
+    assert read_verdict(-0.004, 0.006, "greater", sesoi=0.01) == CONTRADICTED
+    assert read_verdict(-0.006, 0.004, "less", sesoi=0.01) == CONTRADICTED
+    # wider than the sesoi: still not confirmed; a sure effect holds, however small
+    assert read_verdict(-0.004, 0.012, "greater", sesoi=0.01) == NOT_CONFIRMED
+    assert read_verdict(0.002, 0.006, "greater", sesoi=0.01) == HOLDS
+    assert read_verdict(-0.006, -0.002, "less", sesoi=0.01) == HOLDS
+    diffs = {s: 0.001 * ((-1) ** s) for s in range(8)}
+    r = paired_difference(diffs, dict.fromkeys(range(8), 0.0), sesoi=0.01)
+    assert r["verdict"] == CONTRADICTED and r["sesoi"] == 0.01 and r["p"] < 0.05
+    assert paired_difference(diffs, dict.fromkeys(range(8), 0.0))["verdict"] == NOT_CONFIRMED
+    with pytest.raises(ValueError, match="sesoi must be a finite number > 0"):
+        read_verdict(0.0, 1.0, "greater", sesoi=0.0)
+    with pytest.raises(ValueError, match="not to an equivalence claim"):
+        paired_difference({0: 1.0}, {0: 0.0}, direction="equal", margin=0.1, sesoi=0.1)

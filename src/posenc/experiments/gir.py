@@ -1,6 +1,6 @@
 """Reproduction section ``gir``: GIR vs P-GNN vs standard GNNs on P-GNN's position-aware tasks.
 
-Protocol (P-GNN, You et al. 2019, as recorded in REFERENCES.md Sec. 5): Adam,
+Protocol (P-GNN, You et al. 2019, and its official code): Adam,
 lr 0.01 divided by 10 at epoch 200, weight decay 5e-4, hidden 32, dropout 0.5,
 2 layers, inner-product decoder on L2-normalised embeddings, binary
 cross-entropy, ROC AUC on the test pairs at the epoch of best validation AUC
@@ -11,8 +11,8 @@ distance map, xavier/ReLU-gain initialisation; ``GIRConfig.pgnn_dist_trainable``
 ``pgnn_init``).
 
 The "full" profile trains 2001 epochs as in the paper. The "quick" profile is
-deliberately short (100 epochs, two tasks, six models) to fit its two-minute
-budget; its numbers are indicative only.
+short (100 epochs, three settings; ``profiles.toml``): its runs are read by the
+convergence gate like every other, and its numbers are not the paper's protocol.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from posenc.graph.distances import anchor_distances
 from posenc.graph.gir import GIR, build_path_plan
 from posenc.graph.models import GNN_KINDS, FusedGIR, StandardGNN
 from posenc.graph.pgnn import PGNN, pgnn_anchor_inputs
+from posenc.experiments.gate import FAILED, LEARNING, Gate
 from posenc.experiments.stats import (
     CONTRADICTED,
     HOLDS,
@@ -42,6 +43,7 @@ from posenc.experiments.stats import (
     paired_difference,
 )
 from posenc.experiments.job import Job
+from posenc.experiments.profiles import profile_settings
 
 TASKS = ("grid-link", "communities-link", "communities-pair")
 GIR_MODELS = {"gir": "path", "gir-indication": "indication", "gir-distance": "distance"}
@@ -226,42 +228,22 @@ def _setting(task: str, transductive: bool) -> str:
     return f"{task}-{'T' if transductive else 'I'}"
 
 
-QUICK_SETTINGS = (("grid-link", False), ("communities-pair", False))
-QUICK_MODELS = ("gcn", "sage", "pgnn-e", "gir", "gir-distance", "gcn+gir")
-#: The transductive (one-hot identity features) setting, core models only.
-QUICK_EXTRA = ((("grid-link", True), ("gcn", "pgnn-e", "gir")),)
-QUICK_EPOCHS = 100
-#: The full profile: every model on Grid-I link prediction (the headline setting, where P-GNN's
-#: reference numbers were re-measured) ...
-FULL_MAIN = (("grid-link", False),)
-FULL_MAIN_MODELS = MODELS
-#: ... and the core comparison on the Communities tasks and on the transductive (one-hot
-#: identity features) settings of the paper's Table 1 (Grid-T, Communities-T).
-FULL_EXTRA = (
-    (("communities-link", False), ("gcn", "pgnn-e", "gir")),
-    (("communities-pair", False), ("gcn", "pgnn-e", "gir")),
-    (("grid-link", True), ("gcn", "pgnn-e", "gir")),
-    (("communities-link", True), ("gcn", "pgnn-e", "gir")),
-)
 #: "At least as good" allows this AUC shortfall (ties at the 1.0 ceiling differ by ~1e-5).
 TIE_TOL = 0.005
 #: "Fusion beats both branches" needs a margin above the better branch (AUC).
 FUSION_MARGIN = 0.005
-#: A run has converged when the mean validation AUC of its last ``CONVERGE_WINDOW`` share of
-#: evaluations improves on the share before it by at most ``CONVERGE_TOL`` (:func:`converged`).
-CONVERGE_WINDOW = 0.25
-CONVERGE_TOL = 0.02
+#: The convergence gate (:mod:`posenc.experiments.gate`). The claims read the test AUC at the best
+#: validation epoch, so the gate reads the best-so-far validation AUC: a run has converged when its
+#: best validation AUC rose by at most 0.02 during the last third of training (P-GNN's validation
+#: AUC jumps with its resampled anchors, so a line through the raw tail would read noise as
+#: learning); it failed to learn when its raw validation AUC over that third averages within 0.05 of
+#: chance (0.5, a random scorer's AUC).
+GATE = Gate("validation ROC AUC (best so far)", chance=0.5, learned=0.05, tol=0.02, running_best=True)
 
 
-def converged(result: dict) -> bool:
-    """Whether a run's validation AUC stopped improving (see :data:`CONVERGE_TOL`): the mean of the
-    last quarter of its evaluations minus the mean of the quarter before is at most the tolerance.
-    A run with fewer than two evaluations per window has not converged."""
-    val = [float(point[1]) for point in result.get("curve", []) if point[1] is not None]
-    k = max(1, int(round(len(val) * CONVERGE_WINDOW)))
-    if len(val) < 2 * k:
-        return False
-    return statistics.fmean(val[-k:]) - statistics.fmean(val[-2 * k:-k]) <= CONVERGE_TOL
+def run_state(result: dict) -> str:
+    """The gate's reading of a run (:data:`GATE` on its validation curve)."""
+    return GATE.read([[point[0], point[1]] for point in result.get("curve", [])])
 
 
 #: Rounds of the unrestricted "indication" variant in the experiments (its cost is K*n*H per round).
@@ -269,35 +251,29 @@ INDICATION_ROUNDS = 10
 
 
 def plan(profile: str, seeds: int | None = None) -> list[Job]:
-    """Jobs of the ``gir`` section.
-
-    quick: Grid-I link + Communities pairwise, 6 models, 3 seeds, 100 epochs (short, indicative).
-    full: 2001 epochs (the paper's protocol), 3 seeds, see ``FULL_MAIN`` / ``FULL_EXTRA``.
-    Jobs are independent: ``posenc reproduce gir --profile full --shard i/n`` splits them.
-    """
-    if profile == "quick":
-        n_seeds, epochs = seeds or 3, QUICK_EPOCHS
-        grid = [(s, m) for s in QUICK_SETTINGS for m in QUICK_MODELS]
-        grid += [(s, m) for s, models in QUICK_EXTRA for m in models]
-    elif profile == "full":
-        n_seeds, epochs = seeds or 3, 2001
-        grid = [(s, m) for s in FULL_MAIN for m in FULL_MAIN_MODELS]
-        grid += [(s, m) for s, models in FULL_EXTRA for m in models]
-    else:
-        raise ValueError(f"profile must be 'quick' or 'full', got {profile!r}")
+    """Jobs of the ``gir`` section: per setting of the profile's ``runs`` in ``profiles.toml``
+    (:func:`posenc.experiments.profiles.profile_settings`), each listed model (``"all"``: every
+    model) on its seeds, for the profile's epochs (``seeds`` overrides every setting's seeds).
+    quick: Grid-I link, Communities pairwise and Grid-T, 100 epochs; full: the paper's 2001 epochs
+    on five settings. Jobs are independent: ``posenc reproduce gir --profile full --shard i/n``
+    splits them."""
+    settings = profile_settings("gir", profile)
     jobs = []
-    for (task, transductive), model in grid:
-        for seed in range(n_seeds):
-            rounds = INDICATION_ROUNDS if model == "gir-indication" else None
-            cfg = GIRConfig(task, transductive, model, seed, epochs=epochs, gir_rounds=rounds)
-            cost = 3.0 if model.startswith(("pgnn", "gir-ind")) else 1.0
-            jobs.append(Job(f"{_setting(task, transductive)}.{model}.s{seed}", run_gir, cfg, cost))
+    for run in settings["runs"]:
+        models = MODELS if run["models"] == "all" else tuple(run["models"])
+        for model in models:
+            for seed in range(seeds or run["seeds"]):
+                rounds = INDICATION_ROUNDS if model == "gir-indication" else None
+                cfg = GIRConfig(run["task"], run["transductive"], model, seed, epochs=settings["epochs"],
+                                gir_rounds=rounds)
+                cost = 3.0 if model.startswith(("pgnn", "gir-ind")) else 1.0
+                jobs.append(Job(f"{_setting(run['task'], run['transductive'])}.{model}.s{seed}", run_gir, cfg, cost))
     return jobs
 
 
 def summarize(results: dict[str, dict]) -> dict:
     """Mean ± std test AUC per (setting, model), convergence, and the three claims as paired per-seed
-    differences (:func:`posenc.experiments.stats.paired_difference`, gated on :func:`converged`),
+    differences (:func:`posenc.experiments.stats.paired_difference`, gated by :data:`GATE`),
     with Holm-adjusted verdicts over the section's comparisons."""
     groups: dict[str, dict[str, list[dict]]] = {}
     for res in results.values():
@@ -324,8 +300,8 @@ def summarize(results: dict[str, dict]) -> dict:
                 return
             d = paired_difference({s: r["test_auc"] for s, r in runs[method].items()},
                                   {s: r["test_auc"] + shift for s, r in runs[baseline].items()},
-                                  method_converged={s: converged(r) for s, r in runs[method].items()},
-                                  baseline_converged={s: converged(r) for s, r in runs[baseline].items()})
+                                  method_state={s: run_state(r) for s, r in runs[method].items()},
+                                  baseline_state={s: run_state(r) for s, r in runs[baseline].items()})
             d.update({"task": setting, "method": method, "baseline": baseline, "metric": what})
             comps[claim].append(d)
 
@@ -346,15 +322,17 @@ def summarize(results: dict[str, dict]) -> dict:
             f"holds in {counts[HOLDS]} of {len(cs)} comparisons ({counts[NOT_CONFIRMED]} not confirmed, "
             f"{counts[CONTRADICTED]} contradicted, {counts[NOT_DECIDED]} not decided)")
         claims[name] = {"verdict": headline, "holds": counts[HOLDS] == len(cs), "comparisons": cs, "counts": counts}
-    not_converged = sorted(f"{_setting(r['task'], r['transductive'])}.{r['model']}.s{r['seed']}"
-                           for r in results.values() if not converged(r))
+    states = {f"{_setting(r['task'], r['transductive'])}.{r['model']}.s{r['seed']}": run_state(r)
+              for r in results.values()}
+    not_converged = sorted(k for k, st in states.items() if st == LEARNING)
+    failed = sorted(k for k, st in states.items() if st == FAILED)
     curves = {
         key: res["curve"]
         for key, res in sorted(results.items())
         if res["seed"] == 0 and res["model"] in ("gcn", "pgnn-e", "gir")
     }
     return {"table": table, "claims": claims, "curves": curves, "not_converged": not_converged,
-            "convergence": {"window": CONVERGE_WINDOW, "tol": CONVERGE_TOL}}
+            "failed_to_learn": failed, "gate": {"all settings": GATE.as_dict()}}
 
 
 # ------------------------------------------------------------------ result schemas

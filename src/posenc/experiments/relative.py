@@ -34,9 +34,12 @@ Variants (the position information and where it enters):
   ``rope`` jobs carry it in their config (:class:`RopeLengthConfig`), so a change of
   YaRN's reading recomputes exactly those jobs.
 
-Every run reports its accuracy at the training length; a variant that does not
-reach ``converged_at`` there has not learned the task, and its transfer numbers
-are reported but not read as transfer.
+Every run records its accuracy at the training length on validation sequences every tenth of
+training, and the convergence gate (:data:`GATES`, :mod:`posenc.experiments.gate`) reads that
+curve: a run that plateaued has converged (at whatever level), one whose accuracy stayed at the
+task's chance level failed to learn it (a result: its transfer numbers are compared as measured,
+and a variant that cannot learn a task does not extrapolate it), and one still improving at the
+end keeps its pairs out of the claims.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from torch import nn
 from posenc.attention import KernelizedAttentionLayer, RopeScaling, relative_attention_factory, set_rope_scaling
 from posenc.encodings import LearnedTableEncoding, SinusoidalEncoding, create_encoding
 from posenc.models import TrainConfig, TransformerEncoder, train
+from posenc.experiments.gate import FAILED, LEARNING, STATES, Gate
 from posenc.experiments.stats import (
     CONTRADICTED,
     HOLDS,
@@ -63,6 +67,7 @@ from posenc.experiments.stats import (
     paired_difference,
 )
 from posenc.experiments.job import Job
+from posenc.experiments.profiles import profile_settings
 
 TASKS = ("shift", "recent", "first")
 ABSOLUTE = ("none", "sinusoidal", "table", "cape", "cape_noshift", "cape_scale")
@@ -91,10 +96,11 @@ class LengthConfig:
     batch: int = 32
     lr: float = 3e-3
     eval_batch: int = 64
+    val_batch: int = 256  # sequences of the validation curve (the gate's; `first` scores one answer per sequence)
     cape_shift_factor: float = 4.0  # cape's max global shift, in units of train_length
     cape_scaling: float = 1.4  # cape_scale's max global scaling (the paper's largest, vision)
     kernel_features: int = 32
-    converged_at: float = 0.95
+    evals: int = 10
     threads: int = 1
 
 
@@ -179,12 +185,29 @@ def _loss(model: nn.Module, batch, cfg: LengthConfig):
     return loss, {"acc": float(acc)}
 
 
+#: The convergence gate of each task on the validation accuracy at the training length: chance is
+#: 1 / vocab for ``shift`` and ``first`` (every token can be the answer) and 2 / vocab for ``recent``
+#: (the answer is always from the lower half); a run whose accuracy over the last third of training
+#: averages within 0.05 of it failed to learn the task; one whose least-squares gain over that third
+#: is at most 0.02 has converged.
+GATES = {task: Gate(f"validation accuracy at the training length ({task})",
+                    chance=(2.0 if task == "recent" else 1.0) / LengthConfig.vocab, learned=0.05, tol=0.02)
+         for task in TASKS}
+
+
+def run_state(result: dict) -> str:
+    """The gate's reading of a run (its task's :data:`GATES` on its validation curve)."""
+    return GATES[result["task"]].read(result.get("val_curve", []))
+
+
 @torch.no_grad()
-def accuracy(model: nn.Module, cfg: LengthConfig, length: int, seed: int) -> float:
-    """Scored-token accuracy on ``eval_batch`` fresh sequences of ``length`` tokens (eval mode)."""
+def accuracy(model: nn.Module, cfg: LengthConfig, length: int, seed: int, batch: int | None = None) -> float:
+    """Scored-token accuracy on ``batch`` (default ``cfg.eval_batch``) fresh sequences of ``length``
+    tokens (eval mode); ``seed`` draws them (the test sequences use ``10_000 + run seed``, the
+    validation ones ``20_000 +``)."""
     model.eval()
-    gen = torch.Generator().manual_seed(10_000 + seed)
-    tokens, targets, scored = make_batch(cfg.task, cfg.eval_batch, length, cfg, gen)
+    gen = torch.Generator().manual_seed(seed)
+    tokens, targets, scored = make_batch(cfg.task, batch or cfg.eval_batch, length, cfg, gen)
     logits = model(tokens, positions_for(cfg, length))
     return float((logits[scored].argmax(-1) == targets[scored]).float().mean())
 
@@ -203,13 +226,16 @@ def run_length(cfg: LengthConfig) -> dict:
             return make_batch(cfg.task, cfg.batch, L, cfg, gen)
 
         hist = train(model, sample, lambda m, b: _loss(m, b, cfg),
-                     TrainConfig(steps=cfg.steps, lr=cfg.lr, seed=cfg.seed, threads=cfg.threads))
+                     TrainConfig(steps=cfg.steps, lr=cfg.lr, seed=cfg.seed, threads=cfg.threads,
+                                 eval_every=max(1, cfg.steps // max(1, cfg.evals))),
+                     evaluate=lambda m: {"val_acc": accuracy(m, cfg, L, 20_000 + cfg.seed, cfg.val_batch)})
         lengths = [L * f for f in cfg.test_factors]
-        acc = {str(n): accuracy(model, cfg, n, cfg.seed) for n in lengths}
+        acc = {str(n): accuracy(model, cfg, n, 10_000 + cfg.seed) for n in lengths}
+        val_curve = [[e["step"], e["val_acc"]] for e in hist["evals"]]
         out = {
             "variant": cfg.variant, "task": cfg.task, "seed": cfg.seed, "train_length": L,
-            "accuracy": acc, "train_accuracy": acc[str(L)],
-            "converged": acc[str(L)] >= cfg.converged_at,
+            "accuracy": acc, "train_accuracy": acc[str(L)], "val_curve": val_curve,
+            "state": GATES[cfg.task].read(val_curve),
             "final_loss": hist["loss"][-1], "loss_curve": hist["loss"][:: max(1, cfg.steps // 50)],
             "seconds": hist["seconds"], "extended": {},
         }
@@ -219,7 +245,7 @@ def run_length(cfg: LengthConfig) -> dict:
                 for n in lengths:
                     ramp = getattr(cfg, "yarn_ramp", "dims")
                     set_rope_scaling(model, RopeScaling(kind, L, n, yarn_ramp=ramp))
-                    ext[str(n)] = accuracy(model, cfg, n, cfg.seed)
+                    ext[str(n)] = accuracy(model, cfg, n, 10_000 + cfg.seed)
                 set_rope_scaling(model, None)
                 out["extended"][kind] = ext
         return out
@@ -228,33 +254,23 @@ def run_length(cfg: LengthConfig) -> dict:
 
 
 # ------------------------------------------------------------------ plan
-#: quick profile: (task, variants); the full profile runs every variant on every task
-QUICK_PLAN = {
-    "shift": ("sinusoidal", "table", "cape", "cape_noshift", "cape_scale", "rope", "alibi", "t5"),
-    "recent": ("sinusoidal", "rope", "alibi"),
-    "first": ("sinusoidal", "rope", "alibi"),
-}
-QUICK = LengthConfig(steps=250)
-FULL = LengthConfig(steps=1000, test_factors=(1, 2, 4, 8, 16))
-
-
 def plan(profile: str, seeds: int | None = None) -> list[Job]:
-    """quick: :data:`QUICK_PLAN`, 3 seeds (the fewest that read a verdict), 250 steps; full: every variant on every task, 5 seeds,
-    1,000 steps, tested up to 16x."""
-    if profile == "quick":
-        grid, n_seeds, base = QUICK_PLAN, seeds or 3, QUICK
-    elif profile == "full":
-        grid, n_seeds, base = {t: VARIANTS for t in TASKS}, seeds or 5, FULL
-    else:
-        raise ValueError(f"profile must be 'quick' or 'full', got {profile!r}")
+    """The jobs of ``profile``: per task of its ``runs`` in ``profiles.toml``
+    (:func:`posenc.experiments.profiles.profile_settings`), every listed variant (``"all"``: every
+    variant) on its seeds, for its steps, tested at ``test_factors`` times the training length
+    (``seeds`` overrides every task's seed count)."""
+    settings = profile_settings("relative", profile)
+    base = LengthConfig(test_factors=tuple(settings["test_factors"]))
     jobs = []
-    for task, variants in grid.items():
+    for run in settings["runs"]:
+        variants = VARIANTS if run["variants"] == "all" else tuple(run["variants"])
         for v in variants:
-            for s in range(n_seeds):
-                cfg = dataclasses.replace(base, variant=v, task=task, seed=s)
+            for s in range(seeds or run["seeds"]):
+                cfg = dataclasses.replace(base, variant=v, task=run["task"], seed=s, steps=run["steps"])
                 if v == "rope":
                     cfg = RopeLengthConfig(**dataclasses.asdict(cfg))
-                jobs.append(Job(f"{task}.{v}.s{s}", run_length, cfg, 2.0 if v in KERNELIZED else 1.0))
+                jobs.append(Job(f"{run['task']}.{v}.s{s}", run_length, cfg,
+                                (2.0 if v in KERNELIZED else 1.0) * run["steps"] / 250))
     return jobs
 
 
@@ -266,20 +282,25 @@ def _extrapolation(acc: dict[str, float], train_length: int) -> float:
 
 
 def _runs_by_variant(results: dict[str, dict]) -> dict[str, dict[str, dict[int, dict]]]:
-    """``{task: {variant: {seed: {"acc": {n: a}, "converged": bool}}}}``, RoPE extensions as variants."""
+    """``{task: {variant: {seed: {"acc": {n: a}, "state": str}}}}``, RoPE extensions as variants (the
+    trained RoPE model's state: extension is applied to it at test time)."""
     out: dict[str, dict[str, dict[int, dict]]] = {}
     for r in results.values():
         rows = out.setdefault(r["task"], {})
-        rows.setdefault(r["variant"], {})[r["seed"]] = {"acc": r["accuracy"], "converged": r["converged"],
-                                                        "L": r["train_length"]}
+        state = run_state(r)  # read here, with this version's gate
+        rows.setdefault(r["variant"], {})[r["seed"]] = {"acc": r["accuracy"], "state": state, "L": r["train_length"]}
         for kind, acc in r.get("extended", {}).items():
-            rows.setdefault(f"rope+{kind}", {})[r["seed"]] = {"acc": acc, "converged": r["converged"],
-                                                              "L": r["train_length"]}
+            rows.setdefault(f"rope+{kind}", {})[r["seed"]] = {"acc": acc, "state": state, "L": r["train_length"]}
     return out
 
 
+#: The smallest difference in accuracy that matters for a directional claim (one point: an interval
+#: wholly short of it contradicts "better"; :func:`posenc.experiments.stats.read_verdict`).
+SESOI = 0.01
+
+
 def _compare(by: dict, task: str, method: str, baseline: str, metric: str, direction: str = "greater",
-             margin: float = 0.0) -> dict | None:
+             margin: float = 0.0, sesoi: float | None = SESOI) -> dict | None:
     """Paired difference of ``metric`` ("train" or "extrapolation") between two variants of one task."""
     rows = by.get(task, {})
     if method not in rows or baseline not in rows:
@@ -289,13 +310,12 @@ def _compare(by: dict, task: str, method: str, baseline: str, metric: str, direc
         return {s: (r["acc"][str(r["L"])] if metric == "train" else _extrapolation(r["acc"], r["L"]))
                 for s, r in rows[v].items()}
 
-    def conv(v):  # the convergence gate: a run that did not learn the task at its training length drops out
-        return {s: bool(r["converged"]) for s, r in rows[v].items()}
+    def states(v):  # the convergence gate: only a run still learning drops its pair
+        return {s: r["state"] for s, r in rows[v].items()}
 
     diff = paired_difference(values(method), values(baseline), direction=direction, margin=margin,
-                             method_converged=conv(method), baseline_converged=conv(baseline))
-    learned = {v: all(r["converged"] for r in rows[v].values()) for v in (method, baseline)}
-    diff.update({"task": task, "method": method, "baseline": baseline, "metric": metric, "learned": learned})
+                             method_state=states(method), baseline_state=states(baseline), sesoi=sesoi)
+    diff.update({"task": task, "method": method, "baseline": baseline, "metric": metric})
     return diff
 
 
@@ -310,7 +330,7 @@ def summarize(results: dict[str, dict]) -> dict:
             table[task][v] = {
                 "accuracy": {str(n): mean_std([r["acc"].get(str(n)) for r in runs.values()]) for n in lengths},
                 "extrapolation": mean_std([_extrapolation(r["acc"], r["L"]) for r in runs.values()]),
-                "converged": sum(r["converged"] for r in runs.values()), "seeds": len(runs),
+                "states": {st: sum(r["state"] == st for r in runs.values()) for st in STATES}, "seeds": len(runs),
             }
     claims: dict[str, list] = {
         "alibi_extrapolates_beyond_rope": [],
@@ -330,7 +350,7 @@ def summarize(results: dict[str, dict]) -> dict:
             for ab in ("sinusoidal", "table"):
                 claims["relative_beats_absolute_on_relative_tasks"].append(_compare(by, task, rel, ab, "extrapolation"))
         claims["cape_matches_sinusoidal_at_train_length"].append(
-            _compare(by, task, "cape", "sinusoidal", "train", direction="equal", margin=0.02))
+            _compare(by, task, "cape", "sinusoidal", "train", direction="equal", margin=0.02, sesoi=None))
         claims["cape_degrades_less_than_sinusoidal"].append(_compare(by, task, "cape", "sinusoidal", "extrapolation"))
         claims["cape_needs_global_shift"].append(_compare(by, task, "cape", "cape_noshift", "extrapolation"))
     claims["scaling_hurts_exact_offsets"].append(_compare(by, "shift", "cape", "cape_scale", "train"))
@@ -359,8 +379,12 @@ def summarize(results: dict[str, dict]) -> dict:
     curves = {task: {v: [r["loss_curve"] for r in results.values() if r["task"] == task and r["variant"] == v]
                      for v in {r["variant"] for r in results.values() if r["task"] == task}}
               for task in by}
+    keys = {f"{r['task']}.{r['variant']}.s{r['seed']}": run_state(r) for r in results.values()}
     return {"table": table, "claims": out_claims, "curves": curves,
-            "train_length": next(iter(results.values()))["train_length"] if results else None}
+            "train_length": next(iter(results.values()))["train_length"] if results else None,
+            "gate": {t: GATES[t].as_dict() for t in TASKS if t in by},
+            "not_converged": sorted(k for k, st in keys.items() if st == LEARNING),
+            "failed_to_learn": sorted(k for k, st in keys.items() if st == FAILED)}
 
 
 # ------------------------------------------------------------------ result schemas
@@ -368,5 +392,5 @@ def summarize(results: dict[str, dict]) -> dict:
 NUM = (float, None)  # a number, or null (a non-finite value is stored as null)
 run_length.result_schema = {  # type: ignore[attr-defined]
     "variant": str, "task": str, "seed": int, "train_length": int, "accuracy": {str: NUM}, "train_accuracy": NUM,
-    "converged": bool, "final_loss": NUM, "loss_curve": [NUM], "extended": {str: {str: NUM}},
+    "val_curve": [[NUM]], "final_loss": NUM, "loss_curve": [NUM], "extended": {str: {str: NUM}},
 }

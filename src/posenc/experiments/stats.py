@@ -13,14 +13,23 @@ For a claim of equivalence (``direction="equal"``, e.g. "CAPE ≈ sinusoids at t
 training length") the claim holds when the interval lies inside
 ``(-margin, margin)`` and is contradicted when it lies wholly outside it.
 
+A directional claim may also state the **smallest difference that matters** (``sesoi``, set
+with the claim before any run): then the claim is also contradicted when the whole interval
+lies below ``sesoi`` in the claimed direction (the method is at most ``sesoi`` better, perhaps
+worse) and does not hold. Without it, a claim whose true difference is zero can only ever read
+"not confirmed", however many seeds; with it, enough seeds reach a verdict either way
+(:func:`read_verdict`).
+
 Three rules keep a verdict from being read where the design cannot carry it:
 
 * **at least** :data:`MIN_PAIRS` **pairs**: with fewer, :func:`paired_difference` reads
   :data:`NOT_DECIDED` whatever the interval says (two pairs leave a t interval so wide that
   "not confirmed" would be a tie by construction);
-* **a convergence gate**: given which runs converged, only pairs whose two runs both
-  converged are compared, and with fewer than :data:`MIN_PAIRS` of them the verdict is
-  :data:`NOT_DECIDED` ("not decided: N of M runs had not converged");
+* **a convergence gate**: given each run's state (:mod:`posenc.experiments.gate`: converged,
+  failed to learn, still learning), a pair is compared unless one of its runs is still
+  learning -- a run that failed to learn enters with its metric as measured (the failure is
+  the finding) -- and with fewer than :data:`MIN_PAIRS` usable pairs the verdict is
+  :data:`NOT_DECIDED` ("not decided: N of M runs still learning");
 * **multiplicity**: a claim read from several comparisons reports Holm-adjusted verdicts
   (:func:`holm`) next to the per-comparison ones.
 
@@ -33,6 +42,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+
+from posenc.experiments.gate import CONVERGED as CONVERGED_STATE
+from posenc.experiments.gate import FAILED as FAILED_STATE
+from posenc.experiments.gate import LEARNING as LEARNING_STATE
+from posenc.experiments.gate import STATES as GATE_STATES
 
 HOLDS = "holds"
 NOT_CONFIRMED = "not confirmed at this scale"
@@ -75,21 +89,62 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     return mean, mean - half, mean + half
 
 
-def read_verdict(low: float, high: float, direction: str = "greater", margin: float = 0.0) -> str:
-    """The verdict of an interval ``[low, high]`` for a claim in ``direction``."""
+def read_verdict(low: float, high: float, direction: str = "greater", margin: float = 0.0,
+                 sesoi: float | None = None) -> str:
+    """The verdict of an interval ``[low, high]`` for a claim in ``direction``.
+
+    ``"greater"``: holds when ``low > margin``; contradicted when ``high < -margin``, or, with a
+    smallest difference that matters ``sesoi`` (> 0), when ``high < sesoi`` and the claim does not
+    hold (the method is surely not better by ``sesoi``); otherwise not confirmed. ``"less"`` is
+    the mirror image. ``"equal"``: holds inside ``(-margin, margin)``, contradicted wholly
+    outside (``sesoi`` does not apply).
+    """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    sesoi = _check_sesoi(sesoi, direction)
     if not (math.isfinite(low) and math.isfinite(high)):
         return NOT_CONFIRMED
     if direction == "greater":
-        return HOLDS if low > margin else CONTRADICTED if high < -margin else NOT_CONFIRMED
+        if low > margin:
+            return HOLDS
+        return CONTRADICTED if high < -margin or (sesoi is not None and high < sesoi) else NOT_CONFIRMED
     if direction == "less":
-        return HOLDS if high < -margin else CONTRADICTED if low > margin else NOT_CONFIRMED
+        if high < -margin:
+            return HOLDS
+        return CONTRADICTED if low > margin or (sesoi is not None and low > -sesoi) else NOT_CONFIRMED
     if margin <= 0:
         raise ValueError(f"an equivalence claim needs margin > 0, got {margin}")
     if -margin < low and high < margin:
         return HOLDS
     return CONTRADICTED if low >= margin or high <= -margin else NOT_CONFIRMED
+
+
+def _check_sesoi(sesoi: float | None, direction: str) -> float | None:
+    if sesoi is None:
+        return None
+    if isinstance(sesoi, bool) or not isinstance(sesoi, (int, float)) or not math.isfinite(sesoi) or sesoi <= 0:
+        raise ValueError(f"sesoi must be a finite number > 0 or None, got {sesoi!r}")
+    if direction == "equal":
+        raise ValueError("sesoi applies to a 'greater' or 'less' claim, not to an equivalence claim")
+    return float(sesoi)
+
+
+def _states(side: str, flags: Mapping[object, bool] | None,
+            states: Mapping[object, str] | None) -> Mapping[object, str] | None:
+    """One side's ``{seed: state}`` from its converged flags or its states (not both)."""
+    if flags is not None and states is not None:
+        raise ValueError(f"give {side}_converged or {side}_state, not both")
+    flags = _flags(f"{side}_converged", flags)
+    if flags is not None:
+        return {s: CONVERGED_STATE if ok else LEARNING_STATE for s, ok in flags.items()}
+    if states is None:
+        return None
+    if not isinstance(states, Mapping):
+        raise TypeError(f"{side}_state must be a mapping {{seed: state}} or None, got {type(states).__name__}")
+    for seed, st in states.items():
+        if st not in GATE_STATES:
+            raise ValueError(f"{side}_state[{seed!r}] must be one of {', '.join(GATE_STATES)}, got {st!r}")
+    return states
 
 
 def _flags(name: str, flags: Mapping[object, bool] | None) -> Mapping[object, bool] | None:
@@ -113,6 +168,9 @@ def paired_difference(
     method_converged: Mapping[object, bool] | None = None,
     baseline_converged: Mapping[object, bool] | None = None,
     min_pairs: int = MIN_PAIRS,
+    method_state: Mapping[object, str] | None = None,
+    baseline_state: Mapping[object, str] | None = None,
+    sesoi: float | None = None,
 ) -> dict:
     """Paired difference ``method[s] - baseline[s]`` over the seeds both have.
 
@@ -131,15 +189,24 @@ def paired_difference(
             not converged. ``None`` (both): no gate.
         min_pairs: the fewest pairs any verdict needs (default :data:`MIN_PAIRS`); with
             fewer, the comparison reads :data:`NOT_DECIDED`.
+        method_state, baseline_state: ``{seed: state}`` of each side's runs as the convergence
+            gate read them (:data:`posenc.experiments.gate.STATES`); they replace
+            ``method_converged`` / ``baseline_converged`` (give one or the other per side).
+            A pair is used unless one of its runs is ``"still learning"`` (a seed missing from
+            a given mapping counts as still learning); a run that ``"failed to learn"`` enters
+            with its measured value.
+        sesoi: the smallest difference that matters (see :func:`read_verdict`), stated with
+            the claim; ``None``: none.
 
     Returns:
         ``{"mean", "low", "high", "n", "dropped", "diffs", "seeds", "direction", "margin",
         "verdict", "holds", "p", "detectable"}``; ``holds`` is ``verdict == "holds"``,
         ``seeds`` the paired seeds in order, ``p`` the :func:`decision_p` of the comparison
         and ``detectable`` its :func:`detectable_difference`. A gated comparison also has
-        ``"gate": {"pairs", "runs", "unconverged", "unconverged_runs"}`` (``pairs``: the
-        seeds whose two runs converged; ``runs``: how many runs had a value;
-        ``unconverged_runs``: ``["method:seed" | "baseline:seed", ...]``); a comparison
+        ``"gate": {"pairs", "runs", "unconverged", "unconverged_runs", "failed_runs"}``
+        (``pairs``: the seeds whose two runs could be read; ``runs``: how many runs had a value;
+        ``unconverged_runs``: the runs still learning, ``["method:seed" | "baseline:seed", ...]``;
+        ``failed_runs``: those that failed to learn, in the same form); a comparison
         whose verdict was withheld has a ``"note"``.
     """
     for name, side in (("method", method), ("baseline", baseline)):
@@ -149,12 +216,15 @@ def paired_difference(
         raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     if isinstance(min_pairs, bool) or not isinstance(min_pairs, int) or min_pairs < 2:
         raise ValueError(f"min_pairs must be an int >= 2, got {min_pairs!r}")
-    method_converged = _flags("method_converged", method_converged)
-    baseline_converged = _flags("baseline_converged", baseline_converged)
-    gated = method_converged is not None or baseline_converged is not None
+    m_state = _states("method", method_converged, method_state)
+    b_state = _states("baseline", baseline_converged, baseline_state)
+    gated = m_state is not None or b_state is not None
 
     def finite(v: float | None) -> bool:
         return v is not None and math.isfinite(float(v))
+
+    def state(states: Mapping[object, str] | None, s: object) -> str:
+        return CONVERGED_STATE if states is None else states.get(s, LEARNING_STATE)
 
     seeds = sorted(set(method) | set(baseline), key=str)
     diffs: list[float] = []
@@ -162,25 +232,29 @@ def paired_difference(
     dropped = 0
     runs = 0
     unconverged_runs: list[str] = []
+    failed_runs: list[str] = []
     for s in seeds:
         a, b = method.get(s), baseline.get(s)
         if gated:
-            for side, value, flags in (("method", a, method_converged), ("baseline", b, baseline_converged)):
+            for side, value, states in (("method", a, m_state), ("baseline", b, b_state)):
                 if finite(value):
                     runs += 1
-                    if flags is not None and not flags.get(s, False):
+                    st = state(states, s)
+                    if st == LEARNING_STATE:
                         unconverged_runs.append(f"{side}:{s}")
+                    elif st == FAILED_STATE:
+                        failed_runs.append(f"{side}:{s}")
         if not (finite(a) and finite(b)):
             dropped += 1
             continue
-        if gated and not ((method_converged is None or method_converged.get(s, False))
-                          and (baseline_converged is None or baseline_converged.get(s, False))):
+        if gated and LEARNING_STATE in (state(m_state, s), state(b_state, s)):
             dropped += 1
             continue
         diffs.append(float(a) - float(b))
         paired.append(s)
+    sesoi = _check_sesoi(sesoi, direction)
     mean, low, high = t_interval(diffs, level) if diffs else (None, None, None)
-    verdict = NOT_CONFIRMED if not diffs else read_verdict(low, high, direction, margin)
+    verdict = NOT_CONFIRMED if not diffs else read_verdict(low, high, direction, margin, sesoi)
     out = {
         "mean": mean,
         "low": None if low is None or not math.isfinite(low) else low,
@@ -191,18 +265,19 @@ def paired_difference(
         "seeds": paired,
         "direction": direction,
         "margin": margin,
+        "sesoi": sesoi,
         "verdict": verdict,
         "holds": verdict == HOLDS,
-        "p": decision_p(diffs, direction, margin),
+        "p": decision_p(diffs, direction, margin, sesoi),
         "detectable": detectable_difference(diffs, level=level),
     }
     if gated:
         out["gate"] = {"pairs": paired, "runs": runs, "unconverged": len(unconverged_runs),
-                       "unconverged_runs": unconverged_runs}
+                       "unconverged_runs": unconverged_runs, "failed_runs": failed_runs}
         if len(diffs) < min_pairs and unconverged_runs:  # too few pairs because runs were still learning
             out["verdict"], out["holds"] = NOT_DECIDED, False
-            out["note"] = (f"not decided: {len(unconverged_runs)} of {runs} runs had not converged "
-                           f"({len(diffs)} converged pair{'s' if len(diffs) != 1 else ''}, {min_pairs} needed)")
+            out["note"] = (f"not decided: {len(unconverged_runs)} of {runs} runs still learning "
+                           f"({len(diffs)} usable pair{'s' if len(diffs) != 1 else ''}, {min_pairs} needed)")
             return out
     if len(diffs) < min_pairs:  # too few pairs to read any verdict, "not confirmed" included
         out["verdict"], out["holds"] = NOT_DECIDED, False
@@ -210,7 +285,8 @@ def paired_difference(
     return out
 
 
-def decision_p(diffs: Sequence[float], direction: str = "greater", margin: float = 0.0) -> float:
+def decision_p(diffs: Sequence[float], direction: str = "greater", margin: float = 0.0,
+               sesoi: float | None = None) -> float:
     """The smallest ``alpha`` at which the ``1 - alpha`` Student-t interval of ``diffs`` reaches
     a verdict (holds or contradicted) for the claim ``direction`` / ``margin``: the p-value of
     the decision :func:`read_verdict` makes, so that a 95% interval decides exactly when this
@@ -220,20 +296,23 @@ def decision_p(diffs: Sequence[float], direction: str = "greater", margin: float
     ``±margin``; for ``"equal"`` the smaller of the equivalence test's (interval inside
     ``(-margin, margin)``) and the non-equivalence test's (interval wholly outside). With fewer
     than two differences it is 1; with no spread it is 0 when the constant difference lies on
-    a decided side and 1 otherwise.
+    a decided side and 1 otherwise. With a ``sesoi``, the decision "contradicted: the interval
+    lies below ``sesoi``" has its own p-value, and the smaller of the two is returned.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    sesoi = _check_sesoi(sesoi, direction)
     vals = [float(d) for d in diffs]
     if any(not math.isfinite(v) for v in vals):
         raise ValueError(f"diffs must be finite, got {vals}")
     n = len(vals)
     if n < 2:
         return 1.0
-    return _decision_p(statistics.fmean(vals), statistics.stdev(vals) / math.sqrt(n), n - 1, direction, margin)
+    return _decision_p(statistics.fmean(vals), statistics.stdev(vals) / math.sqrt(n), n - 1, direction, margin, sesoi)
 
 
-def _decision_p(mean: float, se: float, df: float, direction: str, margin: float) -> float:
+def _decision_p(mean: float, se: float, df: float, direction: str, margin: float,
+                sesoi: float | None = None) -> float:
     """:func:`decision_p` of a mean with standard error ``se`` on ``df`` degrees of freedom."""
 
     def p_beyond(z_num: float) -> float:
@@ -246,7 +325,11 @@ def _decision_p(mean: float, se: float, df: float, direction: str, margin: float
 
     outside = max(mean - margin, -margin - mean)  # > 0: the mean lies beyond ±margin
     if direction in ("greater", "less"):
-        return p_beyond(outside)
+        p = p_beyond(outside)
+        if sesoi is not None:  # "contradicted": the interval lies short of sesoi in the claimed direction
+            short = sesoi - mean if direction == "greater" else mean + sesoi
+            p = min(p, p_beyond(short))
+        return p
     if margin <= 0:
         raise ValueError(f"an equivalence claim needs margin > 0, got {margin}")
     inside = min(margin - mean, mean + margin)  # > 0: the mean lies inside (-margin, margin)
@@ -260,6 +343,7 @@ def crossed_difference(
     margin: float = 0.0,
     level: float = 0.95,
     min_pairs: int = MIN_PAIRS,
+    sesoi: float | None = None,
 ) -> dict:
     """The mean of a difference measured in every cell of a crossed design, with an interval that
     carries the spread of both factors.
@@ -276,7 +360,7 @@ def crossed_difference(
     Args:
         cells: ``{row: {column: difference}}``; a row missing a column (or holding ``None``
             or a non-finite value in one) is dropped: the design stays complete.
-        direction, margin, level: as in :func:`paired_difference`.
+        direction, margin, level, sesoi: as in :func:`paired_difference`.
         min_pairs: the fewest rows *and* columns any verdict needs (fewer: :data:`NOT_DECIDED`).
 
     Returns:
@@ -290,6 +374,7 @@ def crossed_difference(
         raise TypeError(f"cells must be a mapping {{row: {{column: value}}}}, got {type(cells).__name__}")
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    sesoi = _check_sesoi(sesoi, direction)
     columns = sorted({c for row in cells.values() for c in row}, key=str)
 
     def finite(v: object) -> bool:
@@ -302,7 +387,7 @@ def crossed_difference(
     out: dict = {"mean": None, "low": None, "high": None, "se": None, "df": None, "rows": len(rows),
                  "columns": len(columns), "n": len(rows) * len(columns), "dropped": dropped,
                  "row_means": dict(zip(rows, row_means)), "column_means": dict(zip(columns, col_means)),
-                 "direction": direction, "margin": margin, "verdict": NOT_CONFIRMED, "holds": False,
+                 "direction": direction, "margin": margin, "sesoi": sesoi, "verdict": NOT_CONFIRMED, "holds": False,
                  "p": 1.0, "detectable": None}
     if not rows or not columns:
         out["note"] = "no complete row of cells"
@@ -322,8 +407,8 @@ def crossed_difference(
     half = float(t.ppf(0.5 + level / 2.0, df)) * se
     out.update(se=se, df=df, low=mean - half, high=mean + half,
                detectable=float((t.ppf(0.5 + level / 2.0, df) + t.ppf(0.8, df)) * se),
-               p=_decision_p(mean, se, df, direction, margin))
-    out["verdict"] = read_verdict(mean - half, mean + half, direction, margin)
+               p=_decision_p(mean, se, df, direction, margin, sesoi))
+    out["verdict"] = read_verdict(mean - half, mean + half, direction, margin, sesoi)
     if se == 0.0:
         out["verdict"] = NOT_DECIDED
         out["note"] = "not decided: no spread in either factor (a zero-width interval)"

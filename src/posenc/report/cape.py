@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments.cape import CLAIMS, VARIANTS, plan, summarize
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_holm, fmt_interval, fmt_ms, markdown_table
+from posenc.report.tables import fmt_holm, fmt_interval, fmt_ms, fmt_states, gate_lines, markdown_table
 
 LABELS = {
     "none": "no position",
@@ -69,18 +69,24 @@ def _figures(summary: dict, save_figure: FigureSaver) -> list[str]:
 
 def claims_lines(claims: dict) -> list[str]:
     family = max((c.get("holm_family", 0) for c in claims.values()), default=0)
-    out = ["**Claims** (paired per-seed differences over the seeds whose two runs converged: mean [95% interval] "
-           "(n) → verdict, then the verdict after Holm's adjustment over the section's "
-           f"{family} claims; no verdict is read from fewer than 3 converged pairs; *detectable*: the smallest true "
+    out = ["**Claims** (paired per-seed differences over the seeds neither of whose runs is still learning: mean "
+           "[95% interval] (n) → verdict, then the verdict after Holm's adjustment over the section's "
+           f"{family} claims that could reach a verdict; no verdict is read from fewer than 3 usable pairs; a "
+           "directional claim whose interval lies wholly short of one point of accuracy (the smallest difference "
+           "that matters) is contradicted; *detectable*: the smallest true "
            "difference these seeds detect with 80% power at the 5% level, from the observed spread).", ""]
     for name, c in claims.items():
-        metric = "at the training resolution" if c["metric"] == "train" else "mean away from the training resolution"
+        metric = {"train": "at the training resolution", "unseen": "mean at the resolutions neither trained at"}.get(
+            c["metric"], "mean away from the training resolution")
         det = c.get("detectable")
         det_text = f"; detectable ≥ {det:.3f}" if det is not None else "; detectable: – (fewer than 2 pairs)"
         margin = f", margin ±{c['margin']:g}" if c["direction"] == "equal" else ""
         nc = c.get("not_converged") or {}
-        left = (" — left out, not converged: " + "; ".join(f"{v} seeds {', '.join(map(str, s))}" for v, s in nc.items())
+        left = (" — left out, still learning: " + "; ".join(f"{v} seeds {', '.join(map(str, s))}" for v, s in nc.items())
                 if nc else "")
+        failed = c.get("failed") or {}
+        left += (" — failed to learn (compared as measured): "
+                 + "; ".join(f"{v} seeds {', '.join(map(str, s))}" for v, s in failed.items()) if failed else "")
         note = f" — {c['note']}" if c.get("note") else ""
         out.append(f"- {CLAIM_TEXT.get(name, name)}: `{c['method']}` − `{c['baseline']}` ({metric}{margin}): "
                    f"{fmt_interval(c)} → **{c['verdict']}**; Holm: **{fmt_holm(c)}**{det_text}{note}{left}.")
@@ -90,12 +96,15 @@ def claims_lines(claims: dict) -> list[str]:
 def render(summary: dict, save_figure: FigureSaver) -> str:
     R = summary["train_res"]
     seeds = summary.get("seeds", 0)
+    patch = summary.get("patch")
+    grid = f"{R // patch}×{R // patch}" if patch and R else "–"
     out = [
         "Likhomanenko et al. (NeurIPS 2021) train ViTs at one resolution and evaluate them at others: CAPE "
         "(positions in [−1, 1], global shift, local shift and global scaling during training) should match the "
         "plain sinusoidal embedding at the training resolution and degrade less away from it, also less than a "
         "learned table resized bicubically; global scaling and mixed-resolution training should help. Here a "
-        f"`posenc.models.TinyViT` (2×2-pixel patches, CLS token, 2 pre-LN layers) learns scikit-learn's 8×8 "
+        f"`posenc.models.TinyViT` ({patch}×{patch}-pixel patches, {grid} of them at the training resolution, "
+        f"CLS token, 2 pre-LN layers) learns scikit-learn's 8×8 "
         f"digits rendered at {R}×{R} px and is tested without retraining on the same 449 held-out digits rendered "
         "at every resolution (bilinear). CAPE is the authors' vision setting (their code: grid "
         "`linspace(−1, 1, n)`, Δ ~ U[−0.5, 0.5] per axis, ε ~ U[−1/n, 1/n], λ ~ U[0.7, 1.4]); `sine` is the same "
@@ -112,19 +121,13 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     body = []
     for v in (v for v in VARIANTS if v in rows):
         r = rows[v]
-        body.append([v, f"{r['converged']}/{r['seeds']}"] + [fmt_ms(r["accuracy"].get(str(x)), 3) for x in res]
+        body.append([v, fmt_states(r.get("states"))] + [fmt_ms(r["accuracy"].get(str(x)), 3) for x in res]
                     + [fmt_ms(r["away"], 3)])
-    out.append(markdown_table(["variant", "converged", *[f"{x} px" + (" (train)" if x == R else "") for x in res],
+    out.append(markdown_table(["variant", "runs (conv. / failed / learning)",
+                               *[f"{x} px" + (" (train)" if x == R else "") for x in res],
                                "mean away from train"], body))
     out.append("")
-    nc = {v: r["not_converged"] for v, r in rows.items() if r["not_converged"]}
-    tol = f"{summary['converge_tol']:g}" if summary.get("converge_tol") is not None else "the tolerance"
-    if nc:
-        out.append(f"**Not converged** (validation accuracy at the training resolution still moving by more than "
-                   f"{tol} over the last third of training; left out of every claim that uses them): "
-                   + "; ".join(f"{v} (seeds {', '.join(map(str, s))})" for v, s in nc.items()) + ".")
-    else:
-        out.append(f"Every run converged (validation accuracy within {tol} over the last third of training).")
+    out += gate_lines(summary)
     out.append("")
     out += _figures(summary, save_figure)
     out += ["", *claims_lines(summary["claims"]), ""]
@@ -134,10 +137,16 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         out.append(f"**Learning-rate rule** (validation accuracy at the training resolution, mean over every "
                    f"variant and sweep seed): {cand}. The rule picks {lr['chosen']:g}; the runs above used "
                    f"{lr['used']:g} ({'the same' if lr['agrees'] else 'a different value: rerun with the chosen one'}).")
+        learning = lr.get("still_learning") or []
+        out.append("The sweep's runs also check the testbed's steps: "
+                   + ("every one reached a plateau or failed to learn." if not learning else
+                      "still learning at the end: " + ", ".join(f"`{k}`" for k in learning) + "."))
         out.append("")
-    elif seeds and seeds < 8:
-        out.append(f"*Quick profile*: {seeds} seeds, shorter training; the learning rate comes from the full "
-                   "profile's sweep (`--profile full`, 8 seeds, with the sweep).")
+    not_run = sorted({v for c in summary["claims"].values() for v in c.get("not_run", [])})
+    if not_run:
+        out.append(f"*This profile* trains {', '.join(f'`{v}`' for v in VARIANTS if v in rows)} only: the claims "
+                   f"that need {', '.join(f'`{v}`' for v in not_run)} read \"not decided\" here and are decided by "
+                   "the full profile (`posenc reproduce cape --profile full`; docs/cape.md gives its record).")
         out.append("")
     return "\n".join(out) + "\n"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments.gir import TIE_TOL, plan, summarize
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import claims_markdown
+from posenc.report.tables import claims_markdown, gate_lines
 
 PAPER = {
     # P-GNN paper Table 1/2 (ROC AUC) and the re-run of its code recorded in REFERENCES.md Sec. 5.
@@ -56,12 +56,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         lines += ["", "Reference numbers (P-GNN paper / its code): "
                   + "; ".join(f"{s} {m}: {v}" for s, m, v in refs) + "."]
     lines += ["", *claims_markdown(claims, CLAIM_TEXT)]
-    nc = summary.get("not_converged") or []
-    conv = summary.get("convergence") or {}
-    if nc:
-        lines += ["", f"Not converged (validation AUC still rising by more than {conv.get('tol')} between the last two "
-                  f"quarters of training; left out of every claim that uses them): "
-                  + ", ".join(f"`{k}`" for k in nc) + "."]
+    lines += ["", *gate_lines(summary)]
     variants = []
     for s in settings:
         row = table[s]

@@ -7,7 +7,7 @@ from typing import Any
 
 from posenc.experiments import krpe as exp
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_holm, fmt_interval
+from posenc.report.tables import fmt_holm, fmt_interval, fmt_states, gate_lines
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -69,8 +69,9 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         for task, rows in train.items():
             out.append(f"**Task `{task}`** ({'copy the token at i − 3' if task == 'copy' else 'associative recall'})\n")
             tab = [[v, _ms(r["accuracy"], 3), _ms(r["final_loss"], 3), _ms(r["spikes"], 1),
-                    f"{r['diverged']}/{r['seeds']}"] for v, r in _ordered(rows)]
-            out.append(_table(["variant", "accuracy", "final loss", "loss spikes", "diverged"], tab))
+                    f"{r['diverged']}/{r['seeds']}", fmt_states(r.get("states"))] for v, r in _ordered(rows)]
+            out.append(_table(["variant", "accuracy", "final loss", "loss spikes", "diverged",
+                               "runs (conv. / failed / learning)"], tab))
             out.append("")
             for key, text in ((f"{task}_rpe_beats_nope", "RPE beats no RPE (normalised q/k) by > 0.02 accuracy"),
                               (f"{task}_norm_rpe_beats_raw_performer", "normalised q/k + RPE beats Performer on raw q/k by > 0.02"),
@@ -81,10 +82,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
                     out.append(f"- {text}: {c['method']} − ({c['baseline']} {c['shift']:+g}), paired per seed: "
                                f"{fmt_interval(c)} → **{c['verdict']}**; after Holm: {fmt_holm(c)}{note}.")
             out.append("")
-        if summary.get("not_converged"):
-            out.append("Not converged (training loss still falling over the last quarter of steps, or diverged; left "
-                       "out of the claims that use them): " + ", ".join(f"`{k}`" for k in summary["not_converged"])
-                       + ".\n")
+        if summary.get("gate"):
+            out.append("\n".join(gate_lines(summary)) + "\n")
         out.append(f"![training loss per task]({save_figure('train', _train_figure(train))})\n")
         out.append("Training loss: mean over seeds (line) and the range of the seeds (band); one colour per "
                    "variant, the same in both panels.\n")

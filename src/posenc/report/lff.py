@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments import lff as exp
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import fmt_holm, fmt_interval
+from posenc.report.tables import fmt_holm, fmt_interval, fmt_states, gate_lines
 
 LABELS = {
     "none": "none",
@@ -153,21 +153,9 @@ def _sweep_lines(summary: dict) -> list[str]:
 
 
 def _convergence_lines(summary: dict) -> list[str]:
-    conv = summary.get("convergence", {})
-    if not conv:
+    if not summary.get("gate"):
         return []
-    crit = "; ".join(f"{t}: {METRIC_TEXT.get(c['metric'], c['metric'])} improved by at most {c['tol']:g} over "
-                     f"the last {c['window']} evaluations" for t, c in conv.items())
-    bad = {t: v for t, v in summary.get("not_converged", {}).items() if v}
-    lines = [f"**Convergence gate.** A run has converged when its validation metric stopped improving ({crit}; "
-             "evaluations every 10 % of training, so the window is the last 30 %; falling back is not improving). "
-             "A claim reads only the seeds whose two runs both converged."]
-    if bad:
-        for t, keys in bad.items():
-            lines.append(f"Not converged ({t}, {len(keys)}): " + ", ".join(f"`{k}`" for k in keys) + ".")
-    else:
-        lines.append("Every run converged.")
-    return [" ".join(lines), ""]
+    return [*gate_lines(summary), ""]
 
 
 def render(summary: dict, save_figure: FigureSaver) -> str:
@@ -198,11 +186,11 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
     if "digits" in table:
         lines += ["**Digits ViT** (1,078 training, 270 validation and 449 test images; mean ± std over seeds)", "",
                   "| encoding | mean training loss | final test accuracy | final test loss | validation accuracy | "
-                  "converged | W_r rel. change |",
+                  "runs (conv. / failed / learning) | W_r rel. change |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for enc, r in table["digits"].items():
             lines.append(f"| {LABELS[enc]} | {_ms(r['auc_loss'])} | {_ms(r['final_acc'])} | "
-                         f"{_ms(r['final_test_loss'])} | {_ms(r['val_acc'])} | {r['converged']} | "
+                         f"{_ms(r['final_test_loss'])} | {_ms(r['val_acc'])} | {fmt_states(r.get('states'))} | "
                          f"{_ms(r['w_r_change'])} |")
         lines.append("")
     if "grid" in table:
@@ -211,31 +199,34 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         lines += ["**Grid disk task** (balanced accuracy, chance 0.5; trained at 6×6; finer grids cover the same "
                   "extent, tables are resampled bicubically)", "",
                   f"| encoding | mean training loss | test BCE at 6×6 | bacc at 6×6 | {head} | anisotropy (centred) "
-                  "| converged | W_r rel. change |",
+                  "| runs (conv. / failed / learning) | W_r rel. change |",
                   "|---|---:|---:|---:|" + "---:|" * len(grids) + "---:|---:|---:|"]
         for enc, r in table["grid"].items():
             fin = " | ".join(_ms(r["finer"][g]) for g in grids)
             lines.append(f"| {LABELS[enc]} | {_ms(r['auc_loss'])} | {_ms(r['final_bce'])} | {_ms(r['final_bacc'])} "
-                         f"| {fin} | {_ms(r['anisotropy'], '.4f')} | {r['converged']} | {_ms(r['w_r_change'])} |")
+                         f"| {fin} | {_ms(r['anisotropy'], '.4f')} | {fmt_states(r.get('states'))} | {_ms(r['w_r_change'])} |")
         lines.append("")
     claims = summary.get("claims", {})
     if claims:
-        lines += ["### Claims: LFF + MLP − baseline over paired, converged seeds", "",
-                  "| claim (metric, LFF better if) | vs | mean [95 % interval] (n) | verdict | after Holm | δ₈₀ | "
-                  "seeds left out (not converged) |",
+        lines += ["### Claims: LFF + MLP − baseline over paired seeds", "",
+                  "| claim (metric, LFF better if; smallest difference that matters) | vs | mean [95 % interval] (n) "
+                  "| verdict | after Holm | δ₈₀ | seeds left out (still learning) |",
                   "|---|---|---|---|---|---:|---|"]
         for name, c in claims.items():
             for i, (base, d) in enumerate(c["vs"].items()):
-                label = f"{CLAIM_TEXT.get(name, name)} (`{c['metric']}`, {c['direction']})" if i == 0 else ""
+                sesoi = f"; {d['sesoi']:g}" if d.get("sesoi") else ""
+                label = f"{CLAIM_TEXT.get(name, name)} (`{c['metric']}`, {c['direction']}{sesoi})" if i == 0 else ""
                 left = ", ".join(map(str, d.get("excluded", []))) or "–"
                 lines.append(f"| {label} | {LABELS[base]} | {fmt_interval(d)} | **{d['verdict']}** | {fmt_holm(d)} | "
                              f"{_power(d)} | {left} |")
         n_family = max((d.get("holm_family", 0) for c in claims.values() for d in c["vs"].values()), default=0)
         lines += ["", "δ₈₀ = (t₀.₉₇₅ + t₀.₈₀)·s/√n with s the standard deviation of the paired differences: a "
                   "true difference smaller than δ₈₀ will usually read \"not confirmed at this scale\" with these "
-                  f"seeds. *After Holm*: the verdict with the {n_family} comparisons of the section taken as one "
+                  "seeds. A claim whose whole interval lies short of its smallest difference that matters (LFF "
+                  "better by less than it, or worse) is contradicted. "
+                  f"*After Holm*: the verdict with the {n_family} comparisons of the section taken as one "
                   "family (Holm's step-down adjustment of their decision p-values at 5 %); a claim with fewer than "
-                  "3 converged pairs reads \"not decided\".", ""]
+                  "3 usable pairs reads \"not decided\".", ""]
     cost = summary.get("cost")
     if cost and cost.get("timed"):
         lines += [f"Cost: {cost['cpu_seconds']:.0f} s of CPU (process time) over the {cost['timed']} timed runs of "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from posenc.experiments.relative import EXTENSIONS, TASKS, VARIANTS, plan, summarize
 from posenc.report.section import FigureSaver, Section
-from posenc.report.tables import claims_markdown, fmt_ms, markdown_table
+from posenc.report.tables import claims_markdown, fmt_ms, fmt_states, gate_lines, markdown_table
 
 TASK_TEXT = {
     "shift": "`shift` (relative, exact offset): output the token 2 places to the left",
@@ -82,8 +82,8 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         "extension method set to the test length (no retraining). `table` has 8×L rows of which only the "
         "first L are ever trained. CAPE: mean-centred positions, global shift up to 4×L, local shift ±0.5; "
         "`cape_scale` adds global scaling up to 1.4. Accuracy is over scored tokens, mean ± std over seeds; "
-        "*learned* counts the seeds that reached 0.95 at the training length — transfer of a variant that "
-        "did not learn the task is reported but not read as transfer.",
+        "*runs* counts the seeds whose validation curve at the training length the convergence gate read as "
+        "converged / failed to learn / still learning (below the tables).",
         "",
     ]
     for task in (t for t in TASKS if t in summary["table"]):
@@ -93,12 +93,13 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         body = []
         for v in (v for v in ORDER if v in rows):
             r = rows[v]
-            body.append([v, f"{r['converged']}/{r['seeds']}"] + [fmt_ms(r["accuracy"].get(str(n)), 3) for n in lengths]
+            body.append([v, fmt_states(r.get("states"))] + [fmt_ms(r["accuracy"].get(str(n)), 3) for n in lengths]
                         + [fmt_ms(r["extrapolation"], 3)])
-        out.append(markdown_table(["variant", "learned", *[f"{n // L}× ({n})" for n in lengths],
+        out.append(markdown_table(["variant", "runs (conv. / failed / learning)", *[f"{n // L}× ({n})" for n in lengths],
                                    "mean beyond L"], body))
         out.append("")
     out.append(_figure(summary, save_figure))
+    out += ["", *gate_lines(summary)]
     out += ["", *claims_markdown(summary["claims"], CLAIM_TEXT)]
     return "\n".join(out) + "\n"
 

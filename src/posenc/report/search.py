@@ -169,14 +169,20 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         "supernets are never compared. Where the space is enumerated, every architecture is trained alone on "
         "several training seeds (the ground truth), and a pick on supernet seed s is scored by every training "
         "seed: the interval of such a claim carries both spreads (supernet seeds × training seeds, a crossed "
-        "design). Elsewhere every pick is retrained with one initial draw per supernet seed. Claims read only "
-        "runs that converged: mean [95 % t interval]: verdict, a Holm-adjusted verdict over the claims of the "
-        "space, and the smallest difference the claim's own spread detects with 80 % power.",
+        "design). Elsewhere every pick is retrained with one initial draw per supernet seed. Claims leave out "
+        "only the runs still learning (the convergence gate below): mean [95 % t interval]: verdict, a "
+        "Holm-adjusted verdict over the claims of the space, and the smallest difference the claim's own spread "
+        "detects with 80 % power. An accuracy claim whose whole interval lies short of "
+        f"{100 * summary.get('acc_sesoi', 0.005):g} points (the smallest difference that matters) is contradicted.",
         "",
     ]
     if summary.get("cpu_s"):
         out += [f"**Compute.** {summary['jobs']} jobs took {summary['cpu_s']:.0f} s of CPU time (their process "
                 f"time, one thread each).", ""]
+    if summary.get("gate"):
+        out += [f"**Convergence gate.** A network (supernet, retrained pick or ground-truth run) has converged when "
+                f"it fits its training data (training accuracy ≥ {summary.get('fit_at', 0.95):g}) or when "
+                f"{summary['gate']['rule']}. Only runs still learning are left out.", ""]
     for space, part in summary["spaces"].items():
         if not part.get("supernets"):
             continue
@@ -184,7 +190,7 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
         out.append(f"#### `{space}`: {SPACE_TEXT.get(space, space)}")
         out.append("")
         out.append(f"{n_edges} searchable edges ({', '.join(f'`{o}`' for o in part['ops'])}). Supernets: " + "; ".join(
-            f"{v} α: {r['converged']}/{r['n']} converged (claims read only those), validation accuracy "
+            f"{v} α: {r['converged']}/{r['n']} converged or failed to learn (claims leave out the others), validation accuracy "
             f"{_ms_pct(r['val_acc'])} %"
             for v, r in part["supernets"].items()) + ".")
         out.append("")
@@ -211,20 +217,25 @@ def render(summary: dict, save_figure: FigureSaver) -> str:
             best = gt["best"]
             flagged = gt.get("unconverged_archs") or []
             out.append(f"Ground truth: all {gt['n_archs']} architectures trained alone with the retraining recipe on "
-                       f"{gt['seeds']} training seeds ({gt['converged']}/{gt['runs']} runs converged); edges in the "
+                       f"{gt['seeds']} training seeds ({gt['converged']}/{gt['runs']} runs converged, "
+                       f"{gt.get('failed', 0)} failed to learn); edges in the "
                        f"order {', '.join(f'`{e}`' for e in part['edges'])}.")
             if best is not None:
                 out.append(f"Best `{best}` {_pct(gt['table'][best]['test'])} %; tied with it: "
                            f"{', '.join(f'`{a}`' for a in gt['tied'])} ({gt['tie_rule']}). Mean of the space over "
-                           f"the architectures whose runs converged: {_pct(gt['random_test'])} %.")
+                           f"all its {gt['n_archs']} architectures (what a random pick draws from): "
+                           f"{_pct(gt['random_test'])} %.")
             if flagged:
-                out.append("Not converged on every seed, so left out of the mean and of the claims: "
-                           + ", ".join(f"`{a}` ({gt['table'][a]['converged']}/{gt['table'][a]['seeds']} runs, "
+                out.append("Still learning on some seed, so a pick of it is left out of the claims (it stays in the "
+                           "space's mean): "
+                           + ", ".join(f"`{a}` ({gt['table'][a]['converged']}/{gt['table'][a]['seeds']} runs converged, "
                                        f"{_pct(gt['table'][a]['test'])} %)" for a in flagged) + ".")
             out.append("")
-            out.append(markdown_table(["architecture", "test acc. (%)", "per training seed (%)", "converged"], [
+            out.append(markdown_table(["architecture", "test acc. (%)", "per training seed (%)",
+                                       "runs (conv. / failed / learning)"], [
                 [f"`{a}`", f"{_pct(g['test'])} ± {_pct(g['test_std'])}",
-                 ", ".join(_pct(v) for v in g["per_seed"].values()), f"{g['converged']}/{g['seeds']}"]
+                 ", ".join(_pct(v) for v in g["per_seed"].values()),
+                 f"{g['converged']} / {g.get('failed', 0)} / {g.get('learning', g['seeds'] - g['converged'])}"]
                 for a, g in gt["table"].items()]))
             out.append("")
         if part.get("claims"):

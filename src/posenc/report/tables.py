@@ -62,14 +62,50 @@ def fmt_holm(diff: dict) -> str:
 def claims_markdown(claims: dict, text: dict[str, str]) -> list[str]:
     """Markdown lines for claims made of paired comparisons: the claim's verdict, then each
     comparison's mean [95% interval] (n) and verdict (``claims[name]["comparisons"]``)."""
-    out = ["**Claims** (paired per-seed differences over the seeds whose runs converged, mean [95% interval] "
-           "(n): verdict; after Holm: the verdict with every comparison of the section in one family; no verdict "
-           "from fewer than 3 converged pairs).", ""]
+    out = ["**Claims** (paired per-seed differences over the seeds neither of whose runs is still learning, mean "
+           "[95% interval] (n): verdict; after Holm: the verdict with every comparison of the section in one family; "
+           "no verdict from fewer than 3 usable pairs; a comparison with a smallest difference that matters (δ) is "
+           "also contradicted when its whole interval falls short of δ in the claimed direction).", ""]
     for name, claim in claims.items():
         out.append(f"- {text.get(name, name)}: **{claim['verdict']}**.")
         for c in claim["comparisons"]:
             note = f" — {c['note']}" if c.get("note") else ""
             holm = f"; after Holm: {fmt_holm(c)}" if c.get("holm_verdict") is not None else ""
-            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}): {fmt_diff(c)}{holm}"
+            sesoi = f", δ = {c['sesoi']:g}" if c.get("sesoi") else ""
+            out.append(f"  - `{c['task']}`: {c['method']} − {c['baseline']} ({c['metric']}{sesoi}): {fmt_diff(c)}{holm}"
                        f"{note}")
     return out
+
+
+def gate_lines(summary: dict) -> list[str]:
+    """The convergence gate's paragraph: its rule per task (``summary["gate"]``: ``{task: Gate.as_dict()}``),
+    the runs still learning (``"not_converged"``) and those that failed to learn (``"failed_to_learn"``);
+    either may be a list of run keys or ``{task: [keys]}``."""
+    def flat(v: Any) -> list[str]:
+        if isinstance(v, dict):
+            return [k for keys in v.values() for k in (keys or [])]
+        return list(v or [])
+
+    gates = summary.get("gate") or {}
+    out = ["**Convergence gate.** Each run's curve of the metric its claims read is one of: *converged* "
+           "(it plateaued, at any level), *failed to learn* (it stayed at chance, or diverged: a result, read as "
+           "measured) or *still learning*. Only a still-learning run keeps its pair out of a claim, and a "
+           "comparison with fewer than 3 usable pairs reads \"not decided\"."]
+    for task, g in gates.items():
+        rule = g.get("rule") if isinstance(g, dict) else None
+        if rule:
+            out.append(f"- {task}: {rule}.")
+    learning, failed = flat(summary.get("not_converged")), flat(summary.get("failed_to_learn"))
+    out.append("")
+    out.append(f"Still learning ({len(learning)}; left out of the claims that use them): "
+               + ", ".join(f"`{k}`" for k in learning) + "." if learning else "No run was still learning.")
+    if failed:
+        out.append(f"Failed to learn ({len(failed)}; compared as measured): " + ", ".join(f"`{k}`" for k in failed) + ".")
+    return out
+
+
+def fmt_states(states: dict | None) -> str:
+    """``"3 / 1 / 0"``: the runs the gate read as converged / failed to learn / still learning."""
+    if not states:
+        return "n/a"
+    return " / ".join(str(states.get(k, 0)) for k in ("converged", "failed to learn", "still learning"))

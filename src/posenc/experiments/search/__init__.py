@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from posenc.experiments.profiles import profile_settings
+
 from posenc.experiments.search._common import (
     MIN_PAIRS,
     PRUNED,
@@ -47,6 +49,8 @@ from posenc.experiments.search.stacked import (
     space_archs,
 )
 from posenc.experiments.search.summary import (
+    ACC_SESOI,
+    GATE,
     PARAM_FREE,
     SELECTORS,
     TIE_RULE,
@@ -62,15 +66,16 @@ from posenc.experiments.search.summary import (
 )
 
 __all__ = [
-    "FULL",
+    "ACC_SESOI",
+
+    "GATE",
     "MIN_PAIRS",
     "PARAM_FREE",
-    "PROFILES",
     "PRUNED",
-    "QUICK",
     "RETRAIN_SEED",
     "SELECTORS",
     "SEP",
+    "SPACES",
     "SPLITS",
     "TIE_RULE",
     "VARIANTS",
@@ -94,6 +99,7 @@ __all__ = [
     "share",
     "significance",
     "space_archs",
+    "space_profiles",
     "summarize",
     "summarize_space",
     "tied_with_best",
@@ -115,28 +121,33 @@ class Profile:
     gt_retrain: RetrainConfig | None = None
 
 
-_NB201_Q = SupernetConfig(space="nb201", ops=("skip", "conv3x3"), num_cells=3, num_nodes=3, channels=8, epochs=30,
-                          checkpoints=(5, 10, 20, 30), retrain=RetrainConfig(epochs=0))
-#: the quick profile: three stacked NB201 cells of {skip, conv3x3} (8 architectures), α trained:
-#: magnitude against DARTS+PT on 8 supernet seeds; every architecture trained alone on 4 training
-#: seeds (the ground truth that scores the picks, so the supernet jobs do not retrain them)
-QUICK = {"nb201": Profile(_NB201_Q, seeds=8, variants=("darts",), gt_seeds=4, per_job=8,
-                          gt_retrain=RetrainConfig(epochs=15))}
-
-_DARTS_F = dict(num_cells=3, num_nodes=2, channels=8, epochs=30, checkpoints=(5, 10, 20, 30),
-                retrain=RetrainConfig(epochs=20))
-#: the full profile: the quick space with α fixed too, more seeds and epochs and a ground truth
-#: on 4 seeds; S1-S4 on DARTS cells (a normal and two reduction cells), whose picks are retrained
-FULL = {
-    "nb201": Profile(dataclasses.replace(_NB201_Q, epochs=40, checkpoints=(5, 10, 20, 40)), seeds=12, gt_seeds=4,
-                     per_job=8, gt_retrain=RetrainConfig(epochs=30)),
-    **{s: Profile(SupernetConfig(space=s, ops=None, **_DARTS_F), seeds=6) for s in ("s1", "s2", "s3", "s4")},
+#: The spaces' supernets (seed, variant, epochs, checkpoints and retraining are set per profile from
+#: ``profiles.toml``): three stacked NAS-Bench-201 cells of {skip, conv3x3} (8 architectures), and
+#: the RobustDARTS spaces S1-S4 on DARTS cells (a normal and two reduction cells, 2 nodes).
+SPACES: dict[str, SupernetConfig] = {
+    "nb201": SupernetConfig(space="nb201", ops=("skip", "conv3x3"), num_cells=3, num_nodes=3, channels=8),
+    **{s: SupernetConfig(space=s, ops=None, num_cells=3, num_nodes=2, channels=8) for s in ("s1", "s2", "s3", "s4")},
 }
-PROFILES = {"quick": QUICK, "full": FULL}
+
+
+def space_profiles(name: str) -> dict[str, Profile]:
+    """``{space: Profile}`` of profile ``name`` (``"quick"`` or ``"full"``), from ``profiles.toml``
+    (:func:`posenc.experiments.profiles.profile_settings`)."""
+    out = {}
+    for space, p in profile_settings("search", name).items():
+        if space not in SPACES:
+            raise ValueError(f"profiles.toml: search.{name} names an unknown space {space!r}; known: {', '.join(SPACES)}")
+        sup = dataclasses.replace(SPACES[space], epochs=p["epochs"], checkpoints=tuple(p["checkpoints"]),
+                                  retrain=RetrainConfig(epochs=p["retrain_epochs"]))
+        out[space] = Profile(sup, seeds=p["seeds"], variants=tuple(p["variants"]), gt_seeds=p.get("gt_seeds", 0),
+                             per_job=p.get("per_job", 8),
+                             gt_retrain=RetrainConfig(epochs=p["gt_epochs"]) if p.get("gt_seeds") else None)
+    return out
 
 
 def plan(profile: str, seeds: int | None = None) -> list:
-    """The jobs of a profile; ``seeds`` sets the number of supernet seeds of every space.
+    """The jobs of a profile (its spaces and numbers: :func:`space_profiles`); ``seeds`` sets the number
+    of supernet seeds of every space.
 
     Per space: ``super.<space>.<darts|fixed>.s<seed>`` (a supernet with α trained or fixed,
     its selections and the retraining of its picks) and, where the space is enumerated,
@@ -144,10 +155,8 @@ def plan(profile: str, seeds: int | None = None) -> list:
     """
     from posenc.experiments.job import Job
 
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     jobs = []
-    profiles = PROFILES[profile]
+    profiles = space_profiles(profile)
     cost = {space: 1.0 if space.startswith("nb201") else 5.0 for space in profiles}
     # the NB201 spaces first (cheap), then the DARTS spaces seed-major, so that a run stopped
     # early has finished the cheap space and covers every DARTS space on its first seeds

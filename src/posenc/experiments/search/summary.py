@@ -1,10 +1,13 @@
 """Summary of the ``search`` section: the mechanism and outcome claims of DARTS-PT, paired per
 supernet seed, against a ground truth with its own spread where the space is enumerated.
 
-Every verdict reads only runs that converged (the convergence gate of
-:func:`posenc.experiments.stats.paired_difference`), states the smallest difference its own
-seeds detect, and carries a Holm-adjusted verdict over the claims of its space. Nothing here
-is borrowed from another run: the power of a claim comes from that claim's differences.
+Every verdict leaves out the runs still learning (the convergence gate, :data:`GATE`: a run that
+fits its training data or whose training loss plateaued has converged, one whose loss stayed at
+chance failed to learn, and is read as measured), states the smallest difference its own seeds
+detect, and carries a Holm-adjusted verdict over the claims of its space. The space's mean is
+over every architecture of the space, those that failed to learn included: they are part of what
+a random pick draws from. Nothing here is borrowed from another run: the power of a claim comes
+from that claim's differences.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
+from posenc.experiments.gate import CONVERGED, FAILED, LEARNING, Gate
 from posenc.experiments.search._common import PRUNED, SEP
 from posenc.experiments.stats import (
     NOT_CONFIRMED,
@@ -27,6 +31,27 @@ from posenc.experiments.stats import (
 PARAM_FREE = ("none", "skip", "noise")
 #: selector -> (supernet variant, pick)
 SELECTORS = {"magnitude": ("darts", "magnitude"), "pt": ("darts", "pt"), "pt_fixed": ("fixed", "pt_fixed")}
+#: The convergence gate on a network's per-epoch training loss (digits: 10 classes, chance ln 10): it
+#: has converged when the least-squares line through the last third of its epochs falls by at most
+#: 0.02 nats over them, or when it fits its training data (training accuracy >= the job's ``fit_at``,
+#: 0.95: what a stand-alone network can learn, it has); failed to learn when that third averages
+#: within 0.1 nats of chance.
+GATE = Gate("training loss per epoch", chance=math.log(10.0), learned=0.1, tol=0.02, higher_is_better=False)
+#: Training accuracy at which a network counts as fitted (the jobs' ``fit_at`` default).
+FIT_AT = 0.95
+#: The smallest difference in stand-alone test accuracy that matters (``sesoi`` of the accuracy
+#: claims): half a point, about 2 of the 360 test digits. An interval wholly short of it contradicts
+#: "this selector picks better".
+ACC_SESOI = 0.005
+
+
+def run_state(loss_curve: Sequence[float | None], train_acc: float | None) -> str:
+    """The gate's reading of a network from its per-epoch training loss and training accuracy."""
+    if train_acc is not None and math.isfinite(train_acc) and train_acc >= FIT_AT:
+        return CONVERGED
+    return GATE.read([[i + 1, v] for i, v in enumerate(loss_curve)])
+
+
 #: how ties with the best architecture are read (shown in the report)
 TIE_RULE = ("an architecture is tied with the best when the 95 % t interval of its paired difference to the best "
             "over the ground-truth training seeds contains 0 (with fewer than 3 seeds, only an equal mean ties)")
@@ -71,13 +96,13 @@ def significance(diffs: Sequence[float]) -> dict:
 
 def compare(method: Mapping[object, float | None], baseline: Mapping[object, float | None], *,
             direction: str = "greater", margin: float = 0.0,
-            converged: Mapping[object, bool] | None = None) -> dict:
-    """:func:`posenc.experiments.stats.paired_difference` (gated on ``converged``, the seeds
-    whose runs converged, when given), :func:`significance` of its differences, their spread
-    ``sd`` and the seeds this spread needs to detect the observed mean (``seeds_needed``).
+            states: Mapping[object, str] | None = None, sesoi: float | None = None) -> dict:
+    """:func:`posenc.experiments.stats.paired_difference` (gated on ``states``, the gate's reading
+    of the runs behind each seed, when given), :func:`significance` of its differences, their
+    spread ``sd`` and the seeds this spread needs to detect the observed mean (``seeds_needed``).
     """
     diff = paired_difference(method, baseline, direction=direction, margin=margin,
-                             method_converged=converged, baseline_converged=converged)
+                             method_state=states, baseline_state=states, sesoi=sesoi)
     diff["test"] = significance(diff["diffs"])
     diff["sd"] = statistics.stdev(diff["diffs"]) if diff["n"] > 1 else None
     diff["seeds_needed"] = (seeds_for(abs(diff["mean"]), diff["sd"]) if diff["sd"] is not None
@@ -86,16 +111,16 @@ def compare(method: Mapping[object, float | None], baseline: Mapping[object, flo
 
 
 def compare_crossed(cells: Mapping[object, Mapping[object, float | None]], *, direction: str = "greater",
-                    excluded: Sequence[object] = ()) -> dict:
+                    excluded: Sequence[object] = (), sesoi: float | None = None) -> dict:
     """:func:`posenc.experiments.stats.crossed_difference` of ``{supernet seed: {ground-truth seed:
     difference}}``, with ``excluded`` (the supernet seeds left out by the convergence gate)
     listed; fewer than 3 rows left read "not decided"."""
-    diff = crossed_difference(cells, direction=direction)
+    diff = crossed_difference(cells, direction=direction, sesoi=sesoi)
     diff["excluded"] = list(excluded)
     if excluded and diff["rows"] < 3:
         diff["verdict"], diff["holds"] = "not decided", False
         diff["note"] = (f"not decided: {len(excluded)} of {len(excluded) + diff['rows']} supernet seeds picked an "
-                        f"architecture whose ground-truth runs had not all converged")
+                        f"architecture with a ground-truth run still learning")
     return diff
 
 
@@ -117,8 +142,10 @@ def ground_truth(results: Mapping[str, dict], space: str) -> dict[str, dict]:
     table = {}
     for arch, by_seed in runs.items():
         test = mean_std(a["test_acc"] for a in by_seed.values())
+        states = [run_state(a.get("loss_curve", []), a.get("train_acc")) for a in by_seed.values()]
         table[arch] = {"test": test["mean"], "test_std": test["std"], "seeds": len(by_seed),
-                       "converged": sum(bool(a["converged"]) for a in by_seed.values()),
+                       "converged": states.count(CONVERGED), "failed": states.count(FAILED),
+                       "learning": states.count(LEARNING),
                        "per_seed": {str(s): by_seed[s]["test_acc"] for s in sorted(by_seed)}}
     pop = [t["test"] for t in table.values()]
     for t in table.values():
@@ -126,10 +153,15 @@ def ground_truth(results: Mapping[str, dict], space: str) -> dict[str, dict]:
     return table
 
 
+def usable(g: Mapping) -> bool:
+    """An architecture of the ground truth whose runs can be read: none of them still learning."""
+    return not g.get("learning", g["seeds"] - g["converged"])
+
+
 def tied_with_best(gt: Mapping[str, dict]) -> tuple[str | None, list[str]]:
-    """``(best, tied)``: the architecture with the best mean among those whose runs all converged,
-    and every architecture tied with it by :data:`TIE_RULE` (the best included)."""
-    complete = [a for a, g in gt.items() if g["converged"] == g["seeds"]]
+    """``(best, tied)``: the architecture with the best mean among those whose runs can be read
+    (:func:`usable`), and every architecture tied with it by :data:`TIE_RULE` (the best included)."""
+    complete = [a for a, g in gt.items() if usable(g)]
     if not complete:
         return None, []
     best = max(sorted(complete), key=lambda a: gt[a]["test"])
@@ -160,8 +192,10 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
     for variant in ("darts", "fixed"):
         rs = [r for r in supers if r["variant"] == variant]
         if rs:
-            out["supernets"][variant] = {"n": len(rs), "converged": sum(bool(r["converged"]) for r in rs),
-                                         "not_converged": sorted(r["seed"] for r in rs if not r["converged"]),
+            st = {r["seed"]: super_state(r) for r in rs}
+            out["supernets"][variant] = {"n": len(rs), "converged": sum(v != LEARNING for v in st.values()),
+                                         "not_converged": sorted(s for s, v in st.items() if v == LEARNING),
+                                         "failed": sorted(s for s, v in st.items() if v == FAILED),
                                          "val_acc": mean_std(r["val_acc"] for r in rs),
                                          "train_acc": mean_std(r["train_acc"] for r in rs)}
     picks: dict[str, dict[int, str]] = {s: {} for s in SELECTORS}
@@ -182,14 +216,16 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
     if gt:
         best, tied = tied_with_best(gt)
         ranked = sorted(gt, key=lambda a: -gt[a]["test"])
-        complete = [a for a in ranked if gt[a]["converged"] == gt[a]["seeds"]]
         out["gt"] = {"n_archs": len(gt), "best": best, "tied": tied, "tie_rule": TIE_RULE,
                      "table": {a: gt[a] for a in ranked},
                      "seeds": max(g["seeds"] for g in gt.values()),
-                     "random_test": statistics.fmean(gt[a]["test"] for a in complete) if complete else None,
-                     "unconverged_archs": [a for a in ranked if a not in complete],
+                     # every architecture of the space: a random pick draws from all of them
+                     "random_test": statistics.fmean(gt[a]["test"] for a in ranked),
+                     "unconverged_archs": [a for a in ranked if not usable(gt[a])],
+                     "failed_archs": [a for a in ranked if gt[a].get("failed")],
                      "runs": sum(g["seeds"] for g in gt.values()),
-                     "converged": sum(g["converged"] for g in gt.values())}
+                     "converged": sum(g["converged"] for g in gt.values()),
+                     "failed": sum(g.get("failed", 0) for g in gt.values())}
     for sel, by_seed in picks.items():
         if not by_seed:
             continue
@@ -203,7 +239,7 @@ def summarize_space(results: Mapping[str, dict], space: str) -> dict:
         if any(v is not None for v in tests.values()):
             row["test"] = mean_std(tests.values())
             row["per_seed"] = {str(k): v for k, v in sorted(tests.items())}
-            row["retrain_converged"] = sum(bool(rr and rr.get("converged")) for rr in retrained[sel].values())
+            row["retrain_converged"] = sum(bool(rr) and retrain_state(rr) != LEARNING for rr in retrained[sel].values())
         if gt:
             row["gt_test"] = mean_std(gt[a]["test"] for a in by_seed.values() if a in gt)
             row["gt_percentile"] = mean_std(gt[a]["percentile"] for a in by_seed.values() if a in gt)
@@ -234,54 +270,66 @@ def space_claims(picks: Mapping[str, Mapping[int, str]], retrained: Mapping[str,
     gated on the retraining's convergence.
     """
     claims: dict = {}
-    conv = {(r["variant"], r["seed"]): bool(r["converged"]) for r in supers}
-    darts_conv = {s: c for (v, s), c in conv.items() if v == "darts"}
+    state = {(r["variant"], r["seed"]): super_state(r) for r in supers}
+    darts_state = {s: st for (v, s), st in state.items() if v == "darts"}
     free = {s: {k: _share(a) for k, a in p.items()} for s, p in picks.items()}
     if picks.get("magnitude") and picks.get("pt"):
-        claims["param_free_gap"] = compare(free["magnitude"], free["pt"], converged=darts_conv)
+        claims["param_free_gap"] = compare(free["magnitude"], free["pt"], states=darts_state)
     if picks.get("magnitude") and picks.get("pt_fixed"):
-        both = {s: darts_conv.get(s, False) and conv.get(("fixed", s), False) for s in free["magnitude"]}
-        claims["param_free_gap_fixed"] = compare(free["magnitude"], free["pt_fixed"], converged=both)
+        both = {s: LEARNING if LEARNING in (st, state.get(("fixed", s), LEARNING)) else st
+                for s, st in darts_state.items()}
+        claims["param_free_gap_fixed"] = compare(free["magnitude"], free["pt_fixed"], states=both)
     drift = {}
     for r in supers:
         e = sorted(int(k) for k in r["magnitude"]) if r["variant"] == "darts" else []
         if len(e) > 1:
             drift[r["seed"]] = r["magnitude"][str(e[-1])]["param_free"] - r["magnitude"][str(e[0])]["param_free"]
     if drift:
-        claims["magnitude_drift"] = compare(drift, {s: 0.0 for s in drift}, converged=darts_conv)
+        claims["magnitude_drift"] = compare(drift, {s: 0.0 for s in drift}, states=darts_state)
     pairs = [(f"{sel}_beats_magnitude", sel, "magnitude") for sel in ("pt", "pt_fixed")] + [
         ("pt_fixed_vs_pt", "pt_fixed", "pt")]
     if gt:
-        complete = [a for a, g in gt.items() if g["converged"] == g["seeds"]]
         seeds = sorted({s for g in gt.values() for s in g["per_seed"]}, key=int)
-        mean_of = {s: statistics.fmean(gt[a]["per_seed"][s] for a in complete if s in gt[a]["per_seed"])
-                   for s in seeds} if complete else {}
+        # the space's mean on each training seed, over every architecture of the space
+        mean_of = {s: statistics.fmean(g["per_seed"][s] for g in gt.values() if s in g["per_seed"]) for s in seeds}
 
-        def usable(arch: str) -> bool:
-            return arch in gt and arch in complete
+        def readable(arch: str) -> bool:
+            return arch in gt and usable(gt[arch])
 
         for name, sel, base in pairs:
             if picks.get(sel) and picks.get(base):
                 common = sorted(set(picks[sel]) & set(picks[base]))
-                ok = [s for s in common if usable(picks[sel][s]) and usable(picks[base][s])]
+                ok = [s for s in common if readable(picks[sel][s]) and readable(picks[base][s])
+                      and darts_state.get(s) != LEARNING]
                 cells = {s: {g: gt[picks[sel][s]]["per_seed"][g] - gt[picks[base][s]]["per_seed"][g] for g in seeds}
                          for s in ok}
-                claims[name] = compare_crossed(cells, excluded=[s for s in common if s not in ok])
+                claims[name] = compare_crossed(cells, excluded=[s for s in common if s not in ok], sesoi=ACC_SESOI)
         for sel, p in picks.items():
             if p and mean_of:
-                ok = [s for s in sorted(p) if usable(p[s])]
+                ok = [s for s in sorted(p) if readable(p[s])]
                 cells = {s: {g: gt[p[s]]["per_seed"][g] - mean_of[g] for g in seeds} for s in ok}
-                claims[f"{sel}_beats_random"] = compare_crossed(cells, excluded=[s for s in sorted(p) if s not in ok])
+                claims[f"{sel}_beats_random"] = compare_crossed(cells, excluded=[s for s in sorted(p) if s not in ok],
+                                                                sesoi=ACC_SESOI)
         return claims
     for name, sel, base in pairs:
         a, b = retrained.get(sel) or {}, retrained.get(base) or {}
         if a and b and any(v is not None for v in b.values()):
             acc = {k: {s: (None if r is None else r["test_acc"]) for s, r in side.items()}
                    for k, side in (("a", a), ("b", b))}
-            ok = {s: bool(a.get(s) and b.get(s) and a[s]["converged"] and b[s]["converged"])
-                  for s in set(a) | set(b)}
-            claims[name] = compare(acc["a"], acc["b"], converged=ok)
+            ok = {s: CONVERGED if (a.get(s) and b.get(s) and LEARNING not in (retrain_state(a[s]), retrain_state(b[s])))
+                  else LEARNING for s in set(a) | set(b)}
+            claims[name] = compare(acc["a"], acc["b"], states=ok, sesoi=ACC_SESOI)
     return claims
+
+
+def super_state(result: Mapping) -> str:
+    """The gate's reading of a supernet job (its per-epoch training loss and training accuracy)."""
+    return run_state(result.get("train_loss_curve", []), result.get("train_acc"))
+
+
+def retrain_state(result: Mapping) -> str:
+    """The gate's reading of a retrained pick (its per-epoch training loss and training accuracy)."""
+    return run_state(result.get("loss_curve", []), result.get("train_acc"))
 
 
 def design(claims: Mapping[str, dict]) -> dict:
@@ -297,7 +345,8 @@ def summarize(results: Mapping[str, dict]) -> dict:
     per = {space: summarize_space(results, space) for space in spaces}
     claims = {f"{space}.{k}": v for space, part in per.items() for k, v in part.get("claims", {}).items()}
     cpu = [r["cpu_s"] for r in results.values() if r.get("kind") in ("super", "gt") and "cpu_s" in r]
-    return {"spaces": per, "claims": claims, "design": design(claims),
+    return {"spaces": per, "claims": claims, "design": design(claims), "gate": GATE.as_dict(), "fit_at": FIT_AT,
+            "acc_sesoi": ACC_SESOI,
             "cpu_s": sum(cpu) if cpu else None, "jobs": len(cpu),
             "verdicts": {v: sum(c["verdict"] == v for c in claims.values())
                          for v in ("holds", NOT_CONFIRMED, "contradicted", "not decided")}}
