@@ -8,6 +8,7 @@ typed by hand. This test renders it again (figures are not redrawn to disk) and 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -98,3 +99,146 @@ def test_the_command_line(tmp_path, monkeypatch, capsys):
     assert results.main(["--runs", str(tmp_path / "missing")]) == 0
     assert (tmp_path / "results.md").read_text() == "# Results\nrendered\n"
     assert results.main(["--check"]) == 0
+
+
+# ------------------------------------------------------------------ bad records (#40 part 6)
+def _docs_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of docs/data, docs/figures and docs/results.md that the command writes instead."""
+    import shutil
+
+    docs = tmp_path / "docs"
+    shutil.copytree(results.DATA, docs / "data")
+    shutil.copytree(results.FIGURES, docs / "figures")
+    shutil.copy(results.PAGE, docs / "results.md")
+    monkeypatch.setattr(results, "DATA", docs / "data")
+    monkeypatch.setattr(results, "FIGURES", docs / "figures")
+    monkeypatch.setattr(results, "PAGE", docs / "results.md")
+    return docs
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _run_summary(name: str = "relative") -> dict:
+    """The committed snapshot of ``name`` as a run directory's summary of this checkout's code."""
+    from posenc.report.provenance import code_signature
+    from posenc.report.registry import get_section
+
+    record = json.loads((results.DATA / f"{name}.json").read_text(encoding="utf-8"))
+    job = get_section(name).plan(record["profile"], None)[0]
+    return {**record, "code": code_signature(job.run, "cpu=AVX2 mkl=AVX2 onednn=AVX2"), "markdown": "old"}
+
+
+def _one_error_line(err: str, *fragments: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+MALFORMED = {
+    "not JSON": b'{"section": "relative", torn',
+    "not UTF-8": b"\xff\xfe{}",
+    "not an object": b"[]",
+    "no title": None,  # the record less its title
+    "profile 'slow'": None,
+    "summary 'x'": None,  # was copied over docs/data/relative.json before the page crashed
+    "summary of another shape": None,  # valid fields, but the section's renderer cannot read it
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_make_results_refuses_a_malformed_summary_before_writing_anything(tmp_path, monkeypatch, capsys, kind):
+    docs = _docs_copy(tmp_path, monkeypatch)
+    before = _tree(docs)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    good = _run_summary()
+    bad = {"no title": {k: v for k, v in good.items() if k != "title"}, "profile 'slow'": {**good, "profile": "slow"},
+           "summary 'x'": {**good, "summary": "x"}, "summary of another shape": {**good, "summary": {}}}
+    blob = MALFORMED[kind] if MALFORMED[kind] is not None else json.dumps(bad[kind]).encode("utf-8")
+    (runs / "relative.json").write_bytes(blob)
+    assert results.main(["--runs", str(runs)]) == 2
+    _one_error_line(capsys.readouterr().err, str(runs / "relative.json"))
+    assert _tree(docs) == before  # docs/data, the figures and the page as they were
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_make_results_refuses_a_summary_that_is_not_a_regular_file(tmp_path, monkeypatch, capsys, kind):
+    import threading
+
+    docs = _docs_copy(tmp_path, monkeypatch)
+    before = _tree(docs)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    path = runs / "relative.json"
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(rc=results.main(["--runs", str(runs)])), daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():  # blocked opening the FIFO: let it go, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(30)
+        pytest.fail("make results blocked reading a FIFO")
+    assert box.get("rc") == 2, box
+    _one_error_line(capsys.readouterr().err, str(path), "a directory" if kind == "directory" else "FIFO")
+    assert _tree(docs) == before
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+def test_make_results_refuses_a_summary_linked_to_a_device(tmp_path):
+    import resource
+    import subprocess
+
+    # a child with a bounded address space: a reader that reads /dev/zero to its end dies there
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "relative.json").symlink_to("/dev/zero")
+    code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(ROOT)!r}); from tools import results; "
+            f"d = Path({str(tmp_path)!r}); results.DATA, results.FIGURES, results.PAGE = "
+            f"d / 'data', d / 'figures', d / 'results.md'; sys.exit(results.main(['--runs', {str(runs)!r}]))")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         preexec_fn=limit, check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    _one_error_line(res.stderr, str(runs / "relative.json"), "character device", "/dev/zero")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results.md").exists()
+
+
+def test_runs_that_is_a_file_is_refused(tmp_path, monkeypatch, capsys):
+    docs = _docs_copy(tmp_path, monkeypatch)
+    before = _tree(docs)
+    runs = tmp_path / "relative.json"
+    runs.write_text(json.dumps(_run_summary()))
+    assert results.main(["--runs", str(runs)]) == 2  # was "does not exist", then the page rendered
+    _one_error_line(capsys.readouterr().err, f"--runs {str(runs)!r}", "not a directory")
+    assert _tree(docs) == before
+
+
+def test_the_page_is_replaced_atomically(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "render_page", lambda **kw: "# Results\nrendered\n")
+    monkeypatch.setattr(results, "PAGE", tmp_path / "results.md")
+    (tmp_path / "results.md").write_text("# Results\nthe old page\n")
+    with open(tmp_path / "results.md", encoding="utf-8") as reader:  # a reader that opened the old page
+        assert results.main([]) == 0
+        assert reader.read() == "# Results\nthe old page\n"  # reads it whole, not a truncated or new one
+    assert (tmp_path / "results.md").read_text() == "# Results\nrendered\n"
+
+
+def test_a_valid_run_is_copied_and_rendered(tmp_path, monkeypatch, capsys):
+    docs = _docs_copy(tmp_path, monkeypatch)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    good = _run_summary()
+    (runs / "relative.json").write_text(json.dumps({**good, "command": "posenc reproduce relative (a test)"}))
+    assert results.main(["--runs", str(runs)]) == 0, capsys.readouterr().err
+    copied = json.loads((docs / "data" / "relative.json").read_text(encoding="utf-8"))
+    assert "markdown" not in copied and copied["command"] == "posenc reproduce relative (a test)"
+    assert "`posenc reproduce relative (a test)`" in (docs / "results.md").read_text(encoding="utf-8")

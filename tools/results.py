@@ -9,6 +9,13 @@
    (:mod:`posenc.report`) and from ``benchmarks/results/*.json`` with
    :mod:`benchmarks.tables`; the sections' figures are written to ``docs/figures/``.
 
+Every input is validated before anything is written: each summary is read as a record
+(:func:`posenc.report.store.read_summary`: a regular file of bounded size, every field the page
+reads of the right type), must have been made by this checkout's code, and the whole page,
+figures included, is rendered in memory first; a summary that fails any of these is one
+``error:`` line naming the file (exit code 2), and ``docs/`` is left as it was. The files are
+then written atomically (a temporary file renamed over each).
+
 No number on the page is typed by hand: each comes from a saved record, shown with the date
 it was produced, the machine's load average then (where recorded) and the command that
 produced it. ``--check`` renders without writing anything and exits 1 when the committed page
@@ -18,12 +25,24 @@ differs (``tests/test_results_page.py`` does the same).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
+import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from posenc.report.store import (
+    InvalidSummary,
+    atomic_write_bytes,
+    atomic_write_text,
+    check_summary_record,
+    read_json,
+    read_summary,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
@@ -35,8 +54,32 @@ PAGE = ROOT / "docs" / "results.md"
 DROP = ("markdown",)
 
 
-class OtherVersion(ValueError):
+class RefusedRecord(ValueError):
+    """A summary that ``make results`` cannot use (malformed, unreadable, or not renderable): the
+    message names the file and what is wrong with it."""
+
+
+class OtherVersion(RefusedRecord):
     """A run directory's section summary was made by code other than this checkout's."""
+
+
+#: What reading a record or rendering it raises when the record is not what its writer wrote (a
+#: valid summary record whose ``summary`` has another shape, an unreadable benchmark result):
+#: reported as a refused record, naming the file.
+RENDER_ERRORS: tuple[type[Exception], ...] = (KeyError, IndexError, TypeError, ValueError, AttributeError,
+                                              OSError, RecursionError)
+
+
+@contextlib.contextmanager
+def _blame(path: Path, what: str = "a summary the page can render") -> Iterator[None]:
+    """Turn a renderer's failure on the record read from ``path`` into a :class:`RefusedRecord`."""
+    try:
+        yield
+    except RefusedRecord:
+        raise
+    except RENDER_ERRORS as err:
+        text = (str(err).strip().splitlines() or [""])[0][:160]
+        raise RefusedRecord(f"{path} is not {what} ({type(err).__name__}: {text}); nothing was written") from None
 
 
 def check_version(name: str, record: dict, path: Path) -> None:
@@ -57,27 +100,83 @@ def check_version(name: str, record: dict, path: Path) -> None:
                            f"--out (e.g. `make demo OUT=runs/fresh`, then `make results OUT=runs/fresh`)")
 
 
-def snapshot(runs: Path, data: Path = DATA) -> list[str]:
-    """Copy every finished section record of the run directory ``runs`` to ``data``; return their names.
+def read_runs(runs: Path) -> dict[str, tuple[dict, Path]]:
+    """The finished section summaries of the run directory ``runs``, validated, without their markdown.
+
+    Returns:
+        ``{section: (record without DROP's fields, the file it was read from)}``, in registry order.
 
     Raises:
-        OtherVersion: a section summary was made by other code than this checkout's (nothing is copied).
+        RefusedRecord: a summary is not a valid record (unreadable, not a regular file, too
+            large, not JSON, a field of the wrong type; see
+            :func:`posenc.report.store.read_summary`); OtherVersion: one was made by other code.
     """
     from posenc.report.registry import SECTIONS
 
     records = {}
     for name in SECTIONS:
         src = runs / f"{name}.json"
-        if src.exists():
-            records[name] = json.loads(src.read_text(encoding="utf-8"))
-            check_version(name, records[name], src)
-    copied = []
-    for name, record in records.items():
-        record = {k: v for k, v in record.items() if k not in DROP}
-        data.mkdir(parents=True, exist_ok=True)
-        (data / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        copied.append(name)
-    return copied
+        if not os.path.lexists(src):  # a dangling symlink is there, and refused below
+            continue
+        try:
+            record = read_summary(src, name, runs, optional=DROP)  # what is dropped may be absent
+        except InvalidSummary as err:
+            raise RefusedRecord(f"{err}; nothing was written") from None
+        check_version(name, record, src)
+        records[name] = ({k: v for k, v in record.items() if k not in DROP}, src)
+    return records
+
+
+def load_data(data: Path = DATA) -> dict[str, tuple[dict, Path]]:
+    """The committed snapshot: ``{section: (record, path)}`` of every ``data/<section>.json``, validated.
+
+    Raises:
+        RefusedRecord: a snapshot file is not a valid summary record (its rendered markdown
+            may be absent: a snapshot leaves it out).
+    """
+    from posenc.report.registry import SECTIONS
+
+    out = {}
+    for name in SECTIONS:
+        path = data / f"{name}.json"
+        if not os.path.lexists(path):
+            continue
+        try:
+            record = read_json(path)
+            problem = check_summary_record(record, name, optional=DROP)
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+        except (ValueError, RecursionError) as err:
+            problem = f"not JSON ({(str(err).splitlines() or [type(err).__name__])[0]})"
+        except OSError as err:
+            problem = getattr(err, "what", None) or f"unreadable ({err.strerror or err})"
+        if problem is not None:
+            raise RefusedRecord(f"{path} is not a valid snapshot of section {name!r} ({problem}); restore it "
+                                f"from git, or rebuild it (`make demo`, then `make results`)")
+        out[name] = (record, path)
+    return out
+
+
+def write_snapshot(records: dict[str, tuple[dict, Path]], data: Path = DATA) -> list[str]:
+    """Write each record to ``data/<section>.json`` atomically; return the sections written."""
+    for name, (record, _) in records.items():
+        atomic_write_text(data / f"{name}.json", json.dumps(record, indent=1) + "\n")
+    return list(records)
+
+
+def snapshot(runs: Path, data: Path = DATA) -> list[str]:
+    """Copy every finished section record of the run directory ``runs`` to ``data``; return their names.
+
+    Every record is validated (:func:`read_runs`) and rendered (figures in memory) before the
+    first file is written.
+
+    Raises:
+        RefusedRecord: a section summary is not valid or cannot be rendered (nothing is copied).
+        OtherVersion: a section summary was made by other code than this checkout's (nothing is copied).
+    """
+    records = read_runs(runs)
+    render_sections(records, None)
+    return write_snapshot(records, data)
 
 
 # --------------------------------------------------------------------------- provenance
@@ -164,8 +263,14 @@ def _demote(markdown: str, levels: int) -> str:
     return re.sub(r"^(#{1,6}) ", lambda m: "#" * min(6, len(m.group(1)) + levels) + " ", markdown, flags=re.M)
 
 
-def render_sections(records: dict[str, dict], figures: Path | None) -> dict[str, str]:
-    """Each section's markdown from its summary; figures saved under ``figures`` (``None``: not saved)."""
+def render_sections(records: dict[str, tuple[dict, Path]], figures: Path | None) -> dict[str, str]:
+    """Each section's markdown from its summary (``{name: (record, path read from)}``); the figures
+    are written to ``figures`` (``None``: not written) once every section rendered, and the
+    figures there that no section draws any more are removed.
+
+    Raises:
+        RefusedRecord: a section's renderer fails on its summary (nothing is written).
+    """
     import io
 
     import matplotlib
@@ -176,37 +281,57 @@ def render_sections(records: dict[str, dict], figures: Path | None) -> dict[str,
     from posenc.report.registry import get_section
 
     out = {}
-    saved: set[str] = set()
-    for name, rec in records.items():
+    drawn: dict[str, bytes] = {}
+    for name, (rec, path) in records.items():
         def save(fig_name: str, figure: Any, name: str = name) -> str:
             fname = f"{name}_{fig_name}.png"
-            saved.add(fname)
-            if figures is not None:
-                buf = io.BytesIO()
-                figure.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-                figures.mkdir(parents=True, exist_ok=True)
-                (figures / fname).write_bytes(buf.getvalue())
-            plt.close(figure)
+            try:
+                if figures is not None:
+                    buf = io.BytesIO()
+                    figure.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+                    drawn[fname] = buf.getvalue()
+                else:
+                    drawn[fname] = b""
+            finally:
+                plt.close(figure)
             return f"figures/{fname}"
 
-        out[name] = get_section(name).render(rec["summary"], save)
-    if figures is not None and figures.is_dir():
+        with _blame(path):
+            out[name] = get_section(name).render(rec["summary"], save)
+    if figures is not None:
+        for fname, png in drawn.items():
+            target = figures / fname
+            if not (target.is_file() and target.read_bytes() == png):
+                atomic_write_bytes(target, png, fsync=False)
         for stale in sorted(figures.glob("*.png")):  # a figure the sections no longer draw
-            if stale.name not in saved:
+            if stale.name not in drawn:
                 stale.unlink()
     return out
 
 
-def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = None) -> str:
-    """The whole page, from the snapshot in ``data`` and the benchmark results in ``bench``."""
+def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = None,
+                records: dict[str, tuple[dict, Path]] | None = None) -> str:
+    """The whole page, from the snapshot in ``data`` and the benchmark results in ``bench``.
+
+    Args:
+        data: the committed snapshot (``<section>.json`` each, validated by :func:`load_data`).
+        bench: the benchmark results.
+        figures: where the sections' figures go once the whole page rendered (``None``: nowhere).
+        records: ``{section: (record, path)}`` to render instead of ``data``'s (a run directory's
+            summaries, read by :func:`read_runs`); the other sections come from ``data``.
+
+    Raises:
+        RefusedRecord: a record is not valid or cannot be rendered (the message names its file);
+            nothing has been written then.
+    """
     from posenc.report.registry import SECTIONS
     from posenc.report.tables import markdown_table
 
     sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None
     from benchmarks.tables import FORMATTERS
 
-    records = {name: json.loads((data / f"{name}.json").read_text(encoding="utf-8"))
-               for name in SECTIONS if (data / f"{name}.json").exists()}
+    loaded = {**load_data(data), **(records or {})}
+    records = {name: loaded[name] for name in SECTIONS if name in loaded}
     lines = [
         "# Results",
         "",
@@ -223,22 +348,28 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
         "",
     ]
     if records:
-        rows = []
-        for name, rec in records.items():
-            v = rec.get("versions", {})
-            jobs = rec.get("jobs") or {}
-            wall = rec.get("wall_seconds_this_run")
-            rows.append([f"[`{name}`](#{name})", rec.get("profile", ""), len(jobs),
-                         f"{rec.get('compute_seconds', 0):.0f}", "–" if wall is None else f"{wall:.0f}",
-                         f"{rec.get('quick_budget_s', 0):.0f}",
-                         _date(rec), _load(rec.get("load_average")),
-                         f"torch {v.get('torch', '?')}, {v.get('cpus', '?')} CPUs", f"`{rec.get('command') or ''}`"])
+        rows, claims, headers = [], [], {}
+        for name, (rec, path) in records.items():
+            with _blame(path):
+                v = rec.get("versions", {})
+                jobs = rec.get("jobs") or {}
+                wall = rec.get("wall_seconds_this_run")
+                rows.append([f"[`{name}`](#{name})", rec.get("profile", ""), len(jobs),
+                             f"{rec.get('compute_seconds', 0):.0f}", "–" if wall is None else f"{wall:.0f}",
+                             f"{rec.get('quick_budget_s', 0):.0f}",
+                             _date(rec), _load(rec.get("load_average")),
+                             f"torch {v.get('torch', '?')}, {v.get('cpus', '?')} CPUs",
+                             f"`{rec.get('command') or ''}`"])
+                claims += _claims({name: rec})
+                headers[name] = [f'<a id="{name}"></a>', "", f"### {rec['title']}", "",
+                                 f"*Produced by `{rec.get('command') or 'posenc reproduce'}` "
+                                 f"({rec.get('profile', '')} profile) with {_code(rec.get('code'))}, finished "
+                                 f"{_date(rec)}, load average {_load(rec.get('load_average'))}.*", ""]
         lines += ["## Reproduction report", "",
                   markdown_table(["section", "profile", "jobs", "compute (s)", "wall (s)", "quick budget (s)",
                                   "finished", "load average", "machine", "command"], rows), "",
                   "`compute` adds up the seconds of every job (as they were measured, whenever they ran); `wall` is "
                   "the time the section took in the run that finished it (jobs already done were skipped).", ""]
-        claims = _claims(records)
         if claims:
             lines += ["### Claims checked", "",
                       "Verdicts as `posenc reproduce` reads them from each claim's paired per-seed differences "
@@ -246,58 +377,73 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
                       "comparison of the section in one family (Holm's step-down adjustment at 5 %); no verdict "
                       "is read from fewer than 3 converged pairs (\"not decided\"):", "",
                       markdown_table(["section", "claim", "verdict", "after Holm"], claims), ""]
-        for name, body in render_sections(records, figures).items():
-            rec = records[name]
-            lines += [f'<a id="{name}"></a>', "", f"### {rec['title']}", "",
-                      f"*Produced by `{rec.get('command') or 'posenc reproduce'}` ({rec.get('profile', '')} profile) "
-                      f"with {_code(rec.get('code'))}, finished {_date(rec)}, load average "
-                      f"{_load(rec.get('load_average'))}.*", "",
-                      _demote(body.rstrip(), 2), ""]
+    bench_lines = []
     results = sorted(bench.glob("*.json"))
     if results:
-        lines += ["## Performance (`make bench`)", "",
-                  "Tables printed by `python -m benchmarks.tables` from `benchmarks/results/*.json`; each area's "
-                  "guide discusses its goals. Timings are noisy on a busy machine: compare ratios within one "
-                  "table, not across tables.", ""]
+        bench_lines += ["## Performance (`make bench`)", "",
+                        "Tables printed by `python -m benchmarks.tables` from `benchmarks/results/*.json`; each "
+                        "area's guide discusses its goals. Timings are noisy on a busy machine: compare ratios within "
+                        "one table, not across tables.", ""]
         for path in results:
-            r = json.loads(path.read_text(encoding="utf-8"))
-            env = r.get("environment", {})
-            fmt = FORMATTERS.get(r.get("benchmark", path.stem))
-            if fmt is None:
-                continue
-            lines += [f"### {path.stem}", "",
-                      f"*Produced by `{_bench_command(path.stem, r)}` on {env.get('date', 'a date not recorded')}, "
-                      f"load average {_load(env.get('load_average'))}, torch {env.get('torch', '?')}, "
-                      f"{env.get('cpus', '?')} CPUs.*", "",
-                      fmt(r).rstrip(), ""]
+            with _blame(path, "a benchmark result the page can render"):
+                r = read_json(path)
+                env = r.get("environment", {})
+                fmt = FORMATTERS.get(r.get("benchmark", path.stem))
+                if fmt is None:
+                    continue
+                bench_lines += [f"### {path.stem}", "",
+                                f"*Produced by `{_bench_command(path.stem, r)}` on "
+                                f"{env.get('date', 'a date not recorded')}, load average "
+                                f"{_load(env.get('load_average'))}, torch {env.get('torch', '?')}, "
+                                f"{env.get('cpus', '?')} CPUs.*", "",
+                                fmt(r).rstrip(), ""]
+    if records:  # the figures are written once every section rendered, after every other input was read
+        for name, body in render_sections(records, figures).items():
+            lines += [*headers[name], _demote(body.rstrip(), 2), ""]
+    lines += bench_lines
     return "\n".join(lines).rstrip() + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.results``: 0 when written (or, with ``--check``, when the page is current),
+    1 when ``--check`` finds it stale, 2 with one ``error:`` line when an input is refused."""
     parser = argparse.ArgumentParser(prog="python -m tools.results", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=None,
                         help="a posenc reproduce run directory to snapshot into docs/data/ first (skipped if absent)")
     parser.add_argument("--check", action="store_true", help="compare with docs/results.md instead of writing it")
     args = parser.parse_args(argv)
+    try:
+        return _main(args)
+    except RefusedRecord as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.check:
-        text = render_page()
+        text = render_page(data=DATA, bench=BENCH)
         old = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
         if old != text:
             sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(PAGE),
                                                        "rendered now"))
             return 1
         return 0
+    records: dict[str, tuple[dict, Path]] = {}
     if args.runs is not None:
         if args.runs.is_dir():
-            try:
-                copied = snapshot(args.runs)
-            except OtherVersion as err:
-                print(f"error: {err}", file=sys.stderr)
-                return 2
-            print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
+            records = read_runs(args.runs)
+        elif os.path.lexists(args.runs):
+            print(f"error: --runs {str(args.runs)!r} is not a directory: give the run directory of "
+                  f"`posenc reproduce --out DIR` (it holds <section>.json and jobs/)", file=sys.stderr)
+            return 2
         else:
             print(f"{args.runs} does not exist: rendering the committed snapshot in {DATA}", file=sys.stderr)
-    PAGE.write_text(render_page(figures=FIGURES), encoding="utf-8")
+    # every input is read, validated and rendered (figures in memory) before the first write
+    page = render_page(data=DATA, bench=BENCH, records=records, figures=FIGURES)
+    if args.runs is not None and args.runs.is_dir():
+        copied = write_snapshot(records, DATA)
+        print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
+    atomic_write_text(PAGE, page)
     print(f"wrote {PAGE}", file=sys.stderr)
     return 0
 

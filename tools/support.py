@@ -17,7 +17,12 @@ inputs and tries three things:
 * ``jit.script``: ``torch.jit.script(module)`` run on the same inputs (TorchScript is
   deprecated in favour of the two above; it is listed for users who still ship it).
 
-A failure is recorded as ``no`` with the exception's type and first line.
+A failure is recorded as ``no`` with the exception's type and first line. TorchScript keeps
+state between scripts that a reset in the same process does not clear (torch_geometric's
+message passing compiles its ``propagate`` once per process: scripted after ``GIR``, ``FusedGIR``
+fails with another error than alone), so the cases marked ``fresh`` (the graph modules) are
+scripted in a new Python process each (``python -m tools.support --script-case LABEL``), and
+their reasons do not depend on what was probed before.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import difflib
 import importlib
 import inspect
 import io
+import json
+import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Callable
@@ -57,12 +65,23 @@ NOT_PROBED = {
 
 @dataclass
 class Case:
-    """One probed configuration: ``build() -> (module, example args)``."""
+    """One probed configuration: ``build() -> (module, example args)``.
+
+    Args:
+        label: the row's name (unique among :func:`cases`).
+        cls: the public class probed.
+        build: ``() -> (module, args)`` or ``(module, args, kwargs)``.
+        note: shown after the label.
+        fresh: script it (``jit.script``) in a new Python process (see :func:`script_in_fresh_process`),
+            for modules whose TorchScript result depends on what the process scripted before.
+        results: ``{check: "yes" | "no (why)"}`` once probed.
+    """
 
     label: str
     cls: type
     build: Callable[[], tuple]  # -> (module, args) or (module, args, kwargs)
     note: str = ""
+    fresh: bool = False
     results: dict[str, str] = field(default_factory=dict)
 
 
@@ -209,8 +228,10 @@ def _graph_cases() -> list[Case]:
         weight, index = pgnn_inputs()
         return G.PGNNLayer(3, 8).eval(), (torch.randn(16, 3, generator=_g()), weight, index)
 
-    return [Case("GIR", G.GIR, gir), Case('StandardGNN("gcn")', G.StandardGNN, gnn),
-            Case("FusedGIR", G.FusedGIR, fused), Case("PGNN", G.PGNN, pgnn), Case("PGNNLayer", G.PGNNLayer, pgnn_layer)]
+    # scripted in a fresh process each: torch_geometric's TorchScript state outlives a reset
+    return [Case("GIR", G.GIR, gir, fresh=True), Case('StandardGNN("gcn")', G.StandardGNN, gnn, fresh=True),
+            Case("FusedGIR", G.FusedGIR, fused, fresh=True), Case("PGNN", G.PGNN, pgnn, fresh=True),
+            Case("PGNNLayer", G.PGNNLayer, pgnn_layer, fresh=True)]
 
 
 def _model_cases() -> list[Case]:
@@ -335,18 +356,67 @@ def _try(run: Callable[[], Any], ref: Any) -> str:
     return "yes" if _same(out, ref) else "no (runs, but the output differs from eager mode)"
 
 
-def probe_case(case: Case) -> dict[str, str]:
-    """Run the three checks on one case; ``{"compile", "export", "jit.script"}`` -> ``yes`` / ``no (why)``."""
-    import logging
-
-    import torch._dynamo
-
+def _built(case: Case) -> tuple[nn.Module, tuple, dict, Any]:
+    """``(module, args, kwargs, eager output)`` of a case, built from seed 0."""
     torch.manual_seed(0)
     built = case.build()
     module, args = built[0], built[1]
     kwargs = built[2] if len(built) > 2 else {}
     with torch.no_grad():
         ref = module(*args, **kwargs)
+    return module, args, kwargs, ref
+
+
+def _script_check(module: nn.Module, args: tuple, kwargs: dict, ref: Any) -> str:
+    """The ``jit.script`` check in this process: ``yes`` / ``no (why)``."""
+    def scripted():
+        _fresh_torchscript()  # a failed script leaves half-compiled classes that would fail the next case
+        with torch.no_grad():
+            return torch.jit.script(module)(*args, **kwargs)
+
+    try:
+        return _try(scripted, ref)
+    finally:
+        _fresh_torchscript()
+
+
+#: Seconds a fresh process may take to import torch and script one case.
+FRESH_TIMEOUT_S = 300.0
+
+
+def script_in_fresh_process(case: Case) -> str:
+    """The ``jit.script`` check of ``case`` in a new Python process: ``yes`` / ``no (why)``.
+
+    The process runs ``python -m tools.support --script-case LABEL`` (one torch thread), which
+    builds the case as :func:`probe_case` does and prints its result as one JSON line.
+
+    Raises:
+        RuntimeError: the process failed or printed no result (the probe, not the module, broke).
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "tools.support", "--script-case", case.label], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=FRESH_TIMEOUT_S, check=False)
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])["jit.script"] if proc.returncode == 0 and lines else None
+    except (ValueError, KeyError, TypeError):
+        result = None
+    if not isinstance(result, str):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the fresh process scripting {case.label} failed (exit code {proc.returncode}): {tail}")
+    return result
+
+
+def probe_case(case: Case) -> dict[str, str]:
+    """Run the three checks on one case; ``{"compile", "export", "jit.script"}`` -> ``yes`` / ``no (why)``.
+
+    ``jit.script`` runs in this process, or in a fresh one for a case marked ``fresh``.
+    """
+    import logging
+
+    import torch._dynamo
+
+    module, args, kwargs, ref = _built(case)
 
     def compiled():
         torch._dynamo.reset()
@@ -358,14 +428,10 @@ def probe_case(case: Case) -> dict[str, str]:
         with torch.no_grad():
             return program.module()(*args, **kwargs)
 
-    def scripted():
-        _fresh_torchscript()  # a failed script leaves half-compiled classes that would fail the next case
-        with torch.no_grad():
-            return torch.jit.script(module)(*args, **kwargs)
-
     logging.disable(logging.CRITICAL)  # failed exports log whole graphs; the reason is in the exception
     try:
-        case.results = dict(zip(CHECKS, (_try(compiled, ref), _try(exported, ref), _try(scripted, ref))))
+        script = script_in_fresh_process(case) if case.fresh else _script_check(module, args, kwargs, ref)
+        case.results = dict(zip(CHECKS, (_try(compiled, ref), _try(exported, ref), script)))
     finally:
         logging.disable(logging.NOTSET)
         torch._dynamo.reset()
@@ -441,7 +507,8 @@ def render(probed: list[Case]) -> str:
         "the two above).",
         "",
         "\"yes\" means it ran and its output equals eager mode's (rtol 1e-4); \"no\" gives the first line of the "
-        "error (TorchScript's can depend on what was scripted before in the same process). `make support` "
+        "error (TorchScript's can depend on what was scripted before in the same process: the `posenc.graph` "
+        "modules are scripted in a fresh process each, so their reasons do not). `make support` "
         "regenerates this page; `tests/test_support_table.py` re-probes every row and fails when a yes or no "
         "here is no longer true.",
         "",
@@ -466,8 +533,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.support", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=TABLE, help="the page to write (default: docs/api/support.md)")
     parser.add_argument("--check", action="store_true", help="compare with the page instead of writing it")
+    parser.add_argument("--script-case", metavar="LABEL", default=None,
+                        help="print the jit.script result of one case as JSON (what a fresh process runs)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.script_case is not None:
+        by_label = {case.label: case for case in cases()}
+        if args.script_case not in by_label:
+            print(f"error: --script-case {args.script_case!r} is not a case label", file=sys.stderr)
+            return 2
+        import logging
+
+        logging.disable(logging.CRITICAL)
+        module, call_args, kwargs, ref = _built(by_label[args.script_case])
+        print(json.dumps({"jit.script": _script_check(module, call_args, kwargs, ref)}))
+        return 0
     text = render(probe_all())
     if args.check:
         old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""

@@ -390,14 +390,16 @@ def _run(fn, *args, **kwargs):
 MaxMemoryOpt = Annotated[
     Optional[str],
     typer.Option("--max-memory", help="Refuse to start when the estimated peak memory exceeds this "
-                 "(e.g. 4G, 512M; default: half of the memory available now)."),
+                 "(e.g. 4G, 512M; default: half of the memory this process may still take: the least of "
+                 "MemAvailable, ulimit -v and the cgroup's limit, capped by $POSENC_MAX_MEMORY)."),
 ]
 
 
 def _memory_limit(text: str | None) -> int:
-    from posenc._resources import default_limit, parse_bytes
+    """``--max-memory`` as a :class:`posenc._resources.Limit` naming its source (default: ``default_limit()``)."""
+    from posenc._resources import Limit, default_limit, parse_bytes
 
-    return default_limit() if text is None else parse_bytes(text)
+    return default_limit() if text is None else Limit(parse_bytes(text), "set by --max-memory")
 
 
 def _check_output(option: str, path: Path | None, suffixes: dict | None = None) -> None:
@@ -633,6 +635,9 @@ def fit_signal_cmd(
         _check_model(model)
         limit = _memory_limit(max_memory)
         _set_threads(threads)
+        if signal is not None and signal.exists() and not signal.is_file():  # load_signal: "no such file"
+            what = "a directory" if signal.is_dir() else "not a regular file"
+            raise CliError(f"--signal {str(signal)!r} is {what}; give a .npy or .csv file")
         if signal is None:
             sig, rescaled, source = image_rows(1, 512, seed=0)[0], False, "embedded: china.jpg row (512 samples)"
         else:
@@ -870,7 +875,7 @@ def search_cmd(
             run_search,
         )
 
-        from posenc._resources import check_budget
+        from posenc._resources import FootprintError, check_budget, format_bytes
         from posenc.search.spaces import space_bytes
 
         if space not in SPACES:
@@ -896,7 +901,14 @@ def search_cmd(
         _set_threads(threads)
         data = digits_splits(seed=0)
         torch.manual_seed(seed)
-        model = build_space(space, **({} if cells is None else {"num_cells": cells}))
+        try:
+            model = build_space(space, **({} if cells is None else {"num_cells": cells}))
+        except FootprintError as err:  # the library names its own arguments ("reduce channels"): name ours
+            raise CliError(f"search --space {space}" + (f" --cells {cells}" if cells is not None else "")
+                           + f": the network's parameters would need about {format_bytes(err.nbytes)} of memory, "
+                           f"more than the library's limit of {format_bytes(err.limit)} "
+                           f"({getattr(err.limit, 'source', 'given')}); reduce --cells, or raise the limit with "
+                           f"$POSENC_MAX_MEMORY") from None
         with _progress(f"search {space} ({selector})", steps, not as_json) as update:
             res = run_search(model, data["train"], data["val"], selector=selector, steps=steps, proj_intv=proj_intv,
                              finetune_epochs=finetune_epochs, criterion=criterion, seed=seed,
@@ -961,7 +973,7 @@ def reproduce_cmd(
         pin_numerics()  # before this process computes anything: jobs run inline with --workers 1
         import torch
 
-        from posenc.report.executors import available_cores, default_threads
+        from posenc.report.executors import EXECUTORS, available_cores, default_threads
         from posenc.report.registry import available_sections
         from posenc.report.runner import check_seeds, parse_shard, plan_jobs, reproduce, select_jobs
 
@@ -975,8 +987,15 @@ def reproduce_cmd(
                 _check_count("--threads", threads)
         check_seeds(seeds, "--seeds")  # before planning: 10**12 seeds would plan without end
         torch.set_num_threads(min(threads or default_threads(workers), available_cores()))  # this driver's own
+        if executor not in EXECUTORS:  # before --list-jobs, which would otherwise accept any engine
+            raise CliError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
         names = list(sections or available_sections())
         parse_shard(shard)  # "a/b" and "4/3" are refused before anything runs
+        if job and len(names) != 1:  # a key is looked up in one section's plan, listing or not
+            owner = next((n for n in names if job[0] in {j.key for j in plan_jobs(n, profile, seeds)}), None)
+            hint = (f"; job {job[0]!r} is {owner}'s: posenc reproduce {owner} --job {job[0]}" if owner is not None
+                    else f", and none of them plans a job {job[0]!r} (see posenc reproduce SECTION --list-jobs)")
+            raise CliError(f"--job needs exactly one section, got {len(names)} ({', '.join(names)}){hint}")
         if not list_jobs:
             _check_reproduce_extras(names)
         if list_jobs:

@@ -5,6 +5,10 @@ renamed over the target, so a run killed at any moment leaves either the old
 file or the new one, never a torn one. Files get the mode a plain ``open()``
 would give them (``0666`` less the umask), not the temporary file's ``0600``.
 
+A read opens only a regular file of bounded size (:func:`read_record_bytes`): a record path
+that is a FIFO, a device (a symlink to ``/dev/zero``), a directory or a huge file is refused
+unread, with a reason naming what it is, and the job is recomputed.
+
 Several processes may share one run directory (two ``posenc reproduce`` runs,
 an array of shards, many hosts on a shared file system): before computing a
 job, a driver *claims* it (:meth:`JobStore.claim`, an ``O_EXCL``-created file
@@ -19,6 +23,7 @@ import json
 import math
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -93,9 +98,87 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, fsync: bool = True) -> 
     atomic_write_text(path, to_json(obj) + "\n", fsync)
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+#: The most bytes a stored record (a job record, a section summary, a claim) may hold. The largest
+#: records of the full profile hold a few hundred kB; a file beyond this bound is refused unread.
+MAX_RECORD_BYTES = 64 * 2**20
+
+
+class NotARecordFile(OSError):
+    """A record path that is not a regular file (a directory, a FIFO, a device, a socket) or that
+    is larger than :data:`MAX_RECORD_BYTES`: refused without reading it (a FIFO would block the
+    reader, ``/dev/zero`` would fill its memory).
+
+    Attributes:
+        path: the refused path.
+        what: what it is, without the path (``"a FIFO (named pipe), not a regular file"``).
+        directory: whether it is a directory (which no record can be written over).
+    """
+
+    def __init__(self, path: Path, what: str, directory: bool = False) -> None:
+        super().__init__(f"{path} is {what}")
+        self.path, self.what, self.directory = path, what, directory
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words: ``"a regular file"``, ``"a FIFO (named pipe)"``, ..."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _not_regular(path: Path, mode: int) -> NotARecordFile:
+    try:
+        link = f" (a symlink to {os.readlink(path)!r})" if path.is_symlink() else ""
+    except OSError:  # replaced meanwhile
+        link = ""
+    return NotARecordFile(path, f"{_kind(mode)}{link}, not a regular file", stat.S_ISDIR(mode))
+
+
+def read_record_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of the record file ``path``: a regular file (a symlink to one is followed) of at
+    most ``limit`` bytes (default :data:`MAX_RECORD_BYTES`).
+
+    The path is examined before it is opened (opening a FIFO blocks until a writer comes, and a
+    device may act on being opened), opened without blocking, examined again through the open
+    descriptor (the path may have been replaced meanwhile) and read up to ``limit + 1`` bytes.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        NotARecordFile: a directory, FIFO, device or socket, or a file over ``limit`` bytes
+            (an :class:`OSError`; the message names the path and what it is).
+        OSError: it cannot be read (permissions, I/O).
+    """
+    path = Path(path)
+    limit = MAX_RECORD_BYTES if limit is None else limit
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(path, info.st_mode)
+        size = info.st_size
+        blob = b"" if size > limit else fh.read(limit + 1)  # a file that grows meanwhile: read to the bound
+    if size > limit or len(blob) > limit:
+        raise NotARecordFile(path, f"a file of {max(size, len(blob)):,} bytes or more, more than the "
+                                   f"{limit:,} a record may hold")
+    return blob
+
+
+def read_json(path: str | os.PathLike, limit: int | None = None) -> Any:
+    """Parse the JSON record file ``path`` (UTF-8), read with :func:`read_record_bytes`.
+
+    Raises:
+        FileNotFoundError, NotARecordFile, OSError: as :func:`read_record_bytes`.
+        ValueError: not UTF-8 (:class:`UnicodeDecodeError`) or not JSON.
+        RecursionError: JSON nested deeper than the parser goes.
+    """
+    return json.loads(read_record_bytes(path, limit).decode("utf-8"))
 
 
 def config_digest(config: Any) -> str:
@@ -104,6 +187,8 @@ def config_digest(config: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: why a record whose ``digest`` is this job's but whose ``config`` is another's is refused
+RELABELLED = "its 'config' is another job's, not the config its 'digest' names (a relabelled record)"
 #: the fields of a job record, in the order they are written (``checksum`` last)
 JOB_FIELDS = ("key", "digest", "config", "code", "seconds", "result", "checksum")
 #: the fields of a record's ``code`` (:func:`posenc.report.provenance.code_signature`) and their types
@@ -132,7 +217,11 @@ def check_job_record(record: Any, key: str, digest: str | None = None,
     finite number >= 0), ``result`` (a non-empty object; with ``schema``, one that
     :func:`posenc.report.schema.check` accepts: every value of the type the section's
     summary reads) and ``checksum`` (the sha256 of the other fields, so that a value
-    changed by hand or by a bad disk is caught too).
+    changed by hand or by a bad disk is caught too). The record names its job twice over: its
+    ``key`` must be this key, and (when ``digest`` is given) the ``config`` it holds must be
+    the config of that digest, not only its ``digest`` field: anyone can recompute a checksum,
+    and another job's record relabelled with this key and this digest still holds the other
+    job's config (:data:`RELABELLED`).
     """
     if not isinstance(record, dict):
         return f"not a JSON object but {type(record).__name__ if record is not None else 'null'}"
@@ -166,6 +255,8 @@ def check_job_record(record: Any, key: str, digest: str | None = None,
         return "a value that strict JSON does not allow"
     if record["checksum"] != expected:
         return "its checksum does not match its contents (changed after it was written)"
+    if digest is not None and config_digest(record["config"]) != digest:
+        return RELABELLED
     if schema is not None:
         from posenc.report.schema import check
 
@@ -196,12 +287,21 @@ _SUMMARY_FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 
-def check_summary_record(record: Any, section: str) -> str | None:
-    """Why ``record`` (parsed JSON) is not a valid summary of ``section``; ``None`` if it is."""
+def check_summary_record(record: Any, section: str, optional: tuple[str, ...] = ()) -> str | None:
+    """Why ``record`` (parsed JSON) is not a valid summary of ``section``; ``None`` if it is.
+
+    Args:
+        record: the parsed file.
+        section: the section it must be the summary of.
+        optional: fields that may be absent (``("markdown",)`` for the snapshots in
+            ``docs/data/``, which leave the rendered markdown out); present, they are checked.
+    """
     if not isinstance(record, dict):
         return f"not a JSON object but {type(record).__name__ if record is not None else 'null'}"
     for field, (what, ok) in _SUMMARY_FIELDS.items():
         if field not in record:
+            if field in optional:
+                continue
             return f"no {field!r} field"
         value = record[field]
         if (value != section) if ok is None else not ok(value):
@@ -209,8 +309,18 @@ def check_summary_record(record: Any, section: str) -> str | None:
     return None
 
 
-def read_summary(path: str | os.PathLike, section: str, out: str | os.PathLike | None = None) -> dict:
+def read_summary(path: str | os.PathLike, section: str, out: str | os.PathLike | None = None,
+                 optional: tuple[str, ...] = ()) -> dict:
     """Read and validate the summary of ``section`` at ``path``.
+
+    The file is read as a record (:func:`read_json`: a regular file of at most
+    :data:`MAX_RECORD_BYTES`; a FIFO, a device or a directory is refused unread).
+
+    Args:
+        path: the summary file.
+        section: the section it must be the summary of.
+        out: the run directory, named in the command the message suggests.
+        optional: fields that may be absent (see :func:`check_summary_record`).
 
     Raises:
         InvalidSummary: the file is unreadable, not JSON, or not a valid summary; the
@@ -219,7 +329,9 @@ def read_summary(path: str | os.PathLike, section: str, out: str | os.PathLike |
     path = Path(path)
     try:
         record = read_json(path)
-        problem = check_summary_record(record, section)
+        problem = check_summary_record(record, section, optional)
+    except NotARecordFile as err:  # refused unread (a FIFO, a device, a directory, too large)
+        problem = err.what
     except UnicodeDecodeError:
         problem = "not UTF-8 text"
     except (ValueError, RecursionError) as err:
@@ -231,6 +343,12 @@ def read_summary(path: str | os.PathLike, section: str, out: str | os.PathLike |
     where = f" --out {out}" if out is not None else ""
     raise InvalidSummary(f"{path} is not a valid summary of section {section!r} ({problem}); delete it or "
                          f"rebuild it with `posenc reproduce {section}{where}` (its stored jobs are reused)")
+
+
+def kept_path(path: Path) -> Path:
+    """Where :meth:`JobStore.save` keeps the record of a job whose record path is a directory:
+    ``<key>.json.kept`` beside it (no job's record or claim has that suffix)."""
+    return path.with_name(path.name + ".kept")
 
 
 class JobStore:
@@ -273,13 +391,20 @@ class JobStore:
         With ``code`` (:func:`posenc.report.provenance.code_signature`), a valid record made by
         other code is not reused: ``(None, OTHER_CODE + description)``, which a run counts and
         reports once per section before recomputing those jobs.
+
+        A path that is not a regular file (a directory, a FIFO, a device such as a symlink to
+        ``/dev/zero``) or that is larger than :data:`MAX_RECORD_BYTES` is refused unread, with a
+        reason that says where the recomputed result will go (see :meth:`save`).
         """
         path = self.path(section, key)
         try:
-            with open(path, "rb") as fh:
-                blob = fh.read()
+            blob = read_record_bytes(path)
         except FileNotFoundError:
             return None, None
+        except NotARecordFile as err:  # refused unread: a FIFO would block, /dev/zero fill the memory
+            where = (f"the result computed now is kept beside it, in {kept_path(path).name}" if err.directory
+                     else "the record computed now replaces it")
+            return None, f"{err.what}; {where}"
         except OSError as err:
             return None, f"unreadable ({err.strerror or err})"
         try:
@@ -289,8 +414,11 @@ class JobStore:
         problem = check_job_record(record, key, schema=schema)
         if problem is not None:
             return None, problem
-        if record["digest"] != config_digest(config):
+        digest = config_digest(config)
+        if record["digest"] != digest:
             return None, None  # a valid record of another config: recompute, nothing to report
+        if config_digest(record["config"]) != digest:  # this job's digest over another job's config
+            return None, RELABELLED
         if code is not None:
             from posenc.report.provenance import describe_code, same_code
 
@@ -300,7 +428,13 @@ class JobStore:
 
     def save(self, section: str, key: str, config: Any, result: Any, seconds: float, code: dict) -> dict:
         """Write the record of a finished job (``code``: what computed it, see
-        :func:`posenc.report.provenance.code_signature`) and return it."""
+        :func:`posenc.report.provenance.code_signature`) and return it.
+
+        The record replaces whatever is at :meth:`path` (a torn record, a FIFO, a symlink to a
+        device). Where a directory is in the way, no record can replace it: the record goes to
+        :func:`kept_path` beside it instead, and is returned all the same, so that the computed
+        result is neither lost nor an error (:meth:`lookup` has already said so).
+        """
         record = {
             "key": key,
             "digest": config_digest(config),
@@ -311,7 +445,12 @@ class JobStore:
         }
         record["checksum"] = _checksum(record)
         # compact JSON: the C encoder (indent falls back to the pure-Python one, 5x slower)
-        atomic_write_text(self.path(section, key), to_json(record, indent=None) + "\n", fsync=self.fsync)
+        text = to_json(record, indent=None) + "\n"
+        path = self.path(section, key)
+        try:
+            atomic_write_text(path, text, fsync=self.fsync)
+        except IsADirectoryError:  # rename(2) puts no file over a directory
+            atomic_write_text(kept_path(path), text, fsync=self.fsync)
         return record
 
     def claim(self, section: str, key: str, timeout: float = 300.0) -> Claim | None:
@@ -437,7 +576,12 @@ def acquire_claim(path: Path, timeout: float = 300.0) -> Claim | None:
     owner died on this host, or that was not refreshed for ``timeout`` seconds
     (owners refresh every ``timeout / 5``; see :class:`ClaimKeeper`), is taken
     over. At worst (two takers of one stale claim at the same instant) a job is
-    computed twice; results are written atomically, so nothing is torn.
+    computed twice; results are written atomically, so nothing is torn. A FIFO or a device
+    there is read as a torn claim (never opened: see :func:`read_record_bytes`).
+
+    Raises:
+        NotARecordFile: a directory is at ``path`` (an :class:`OSError` naming it): it would
+            hold the job forever.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
@@ -462,6 +606,9 @@ def acquire_claim(path: Path, timeout: float = 300.0) -> Claim | None:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+            except IsADirectoryError:  # no claim can be taken there, nor would one ever be released
+                raise NotARecordFile(path, "a directory, not a claim file: remove it to run this job",
+                                     directory=True) from None
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(to_json(info) + "\n")
