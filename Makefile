@@ -6,6 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= runs/demo
+FULL ?= runs/full
 
 VENV_OLDEST ?= .venv-oldest
 
@@ -49,10 +50,11 @@ docs: $(STAMP)
 support: $(STAMP)
 	$(BIN)/python -m tools.support
 
-# docs/results.md from the report summaries of $(OUT) (copied to docs/data/ when $(OUT) exists)
+# docs/results.md from the report summaries of $(OUT) (copied to docs/data/ when $(OUT) exists), the
+# full profiles of $(FULL) (copied to docs/data/full/ when it exists)
 # and benchmarks/results/*.json: run after `make demo` and `make bench`.
 results: $(STAMP)
-	$(BIN)/python -m tools.results --runs $(OUT)
+	$(BIN)/python -m tools.results --runs $(OUT) --full $(FULL)
 
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) runs site .pytest_cache

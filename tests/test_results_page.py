@@ -242,3 +242,27 @@ def test_a_valid_run_is_copied_and_rendered(tmp_path, monkeypatch, capsys):
     copied = json.loads((docs / "data" / "relative.json").read_text(encoding="utf-8"))
     assert "markdown" not in copied and copied["command"] == "posenc reproduce relative (a test)"
     assert "`posenc reproduce relative (a test)`" in (docs / "results.md").read_text(encoding="utf-8")
+
+
+def test_full_profiles_are_shown_beside_the_quick_verdicts(tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(results.DATA, data, ignore=shutil.ignore_patterns("full"))
+    (data / "full").mkdir()
+    record = json.loads((results.DATA / "gir.json").read_text())
+    record["profile"] = "full"
+    record["command"] = "posenc reproduce gir --profile full --out runs/full"
+    # the full profile decides a comparison the quick one left open
+    record["summary"]["claims"]["gir_ge_pgnn"]["comparisons"][0]["verdict"] = "holds"
+    (data / "full" / "gir.json").write_text(json.dumps(record))
+    page = results.render_page(data=data, bench=tmp_path / "nobench")
+    assert "verdict (full)" in page and "**Full profiles**: " in page and "**Quick profile**: " in page
+    assert "<details><summary>The full profile's report</summary>" in page
+    assert "posenc reproduce gir --profile full --out runs/full" in page
+    row = next(line for line in page.splitlines() if line.startswith("| `coords` | `gaussian_vs_rff_linear`"))
+    assert row.rstrip().endswith("| – |")  # no full record of coords
+    # a quick record filed among the full ones is refused, naming the file
+    (data / "full" / "coords.json").write_text((results.DATA / "coords.json").read_text())
+    with pytest.raises(results.RefusedRecord, match="full/coords.json"):
+        results.render_page(data=data, bench=tmp_path / "nobench")

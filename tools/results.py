@@ -46,6 +46,8 @@ from posenc.report.store import (
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
+#: the full profiles' summaries (``posenc reproduce SECTION --profile full``), one per section
+FULL = "full"
 FIGURES = ROOT / "docs" / "figures"
 BENCH = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "results.md"
@@ -127,8 +129,9 @@ def read_runs(runs: Path) -> dict[str, tuple[dict, Path]]:
     return records
 
 
-def load_data(data: Path = DATA) -> dict[str, tuple[dict, Path]]:
-    """The committed snapshot: ``{section: (record, path)}`` of every ``data/<section>.json``, validated.
+def load_data(data: Path = DATA, profile: str | None = None) -> dict[str, tuple[dict, Path]]:
+    """The committed snapshot: ``{section: (record, path)}`` of every ``data/<section>.json``, validated
+    (with ``profile``, only the records of that profile).
 
     Raises:
         RefusedRecord: a snapshot file is not a valid summary record (its rendered markdown
@@ -150,6 +153,8 @@ def load_data(data: Path = DATA) -> dict[str, tuple[dict, Path]]:
             problem = f"not JSON ({(str(err).splitlines() or [type(err).__name__])[0]})"
         except OSError as err:
             problem = getattr(err, "what", None) or f"unreadable ({err.strerror or err})"
+        if problem is None and profile is not None and record.get("profile") != profile:
+            problem = f"a record of the {record.get('profile')!r} profile where the {profile!r} one belongs"
         if problem is not None:
             raise RefusedRecord(f"{path} is not a valid snapshot of section {name!r} ({problem}); restore it "
                                 f"from git, or rebuild it (`make demo`, then `make results`)")
@@ -159,6 +164,8 @@ def load_data(data: Path = DATA) -> dict[str, tuple[dict, Path]]:
 
 def write_snapshot(records: dict[str, tuple[dict, Path]], data: Path = DATA) -> list[str]:
     """Write each record to ``data/<section>.json`` atomically; return the sections written."""
+    if records:
+        data.mkdir(parents=True, exist_ok=True)
     for name, (record, _) in records.items():
         atomic_write_text(data / f"{name}.json", json.dumps(record, indent=1) + "\n")
     return list(records)
@@ -248,13 +255,31 @@ def _holm_cell(claim: Any) -> str:
     return f"holds in {holm.count('holds')} of {len(holm)} ({holm.count('contradicted')} contradicted)"
 
 
-def _claims(records: dict[str, dict]) -> list[list[str]]:
+def _claims(records: dict[str, dict], full: dict[str, dict] | None = None) -> list[list[str]]:
+    """One row per claim: section, claim, the quick verdict, after Holm, and (when ``full`` is given)
+    the full profile's verdict of the same claim (``–``: that section has no full record)."""
     rows = []
     for name, rec in records.items():
         summary = rec.get("summary")
         claims = summary.get("claims", {}) if isinstance(summary, dict) else {}
-        rows += [[f"`{name}`", f"`{claim}`", _claim_cell(value), _holm_cell(value)] for claim, value in claims.items()]
+        fsum = (full or {}).get(name, {}).get("summary")
+        fclaims = fsum.get("claims", {}) if isinstance(fsum, dict) else None
+        for claim, value in claims.items():
+            row = [f"`{name}`", f"`{claim}`", _claim_cell(value), _holm_cell(value)]
+            if full is not None:
+                row.append("–" if fclaims is None else _claim_cell(fclaims[claim]) if claim in fclaims else "n/a")
+            rows.append(row)
     return rows
+
+
+def _decided_line(what: str, summaries: dict[str, Any]) -> str:
+    from posenc.report.decided import count_decided
+
+    c = count_decided(summaries)
+    undecided = ", ".join(f"`{k}`" for k in c["undecided"])
+    return (f"**{what}**: {c['claims_decided']} of {c['claims']} claims decided (every comparison reads holds or "
+            f"contradicted), {c['comparisons_decided']} of {c['comparisons']} comparisons"
+            + (f"; not decided: {undecided}." if undecided else "."))
 
 
 # --------------------------------------------------------------------------- rendering
@@ -282,9 +307,11 @@ def render_sections(records: dict[str, tuple[dict, Path]], figures: Path | None)
 
     out = {}
     drawn: dict[str, bytes] = {}
-    for name, (rec, path) in records.items():
-        def save(fig_name: str, figure: Any, name: str = name) -> str:
-            fname = f"{name}_{fig_name}.png"
+    for key, (rec, path) in records.items():
+        name = key.split("/")[-1]  # "full/<section>": a full profile's record
+
+        def save(fig_name: str, figure: Any, key: str = key) -> str:
+            fname = f"{key.replace('/', '_')}_{fig_name}.png"
             try:
                 if figures is not None:
                     buf = io.BytesIO()
@@ -297,7 +324,7 @@ def render_sections(records: dict[str, tuple[dict, Path]], figures: Path | None)
             return f"figures/{fname}"
 
         with _blame(path):
-            out[name] = get_section(name).render(rec["summary"], save)
+            out[key] = get_section(name).render(rec["summary"], save)
     if figures is not None:
         for fname, png in drawn.items():
             target = figures / fname
@@ -310,7 +337,8 @@ def render_sections(records: dict[str, tuple[dict, Path]], figures: Path | None)
 
 
 def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = None,
-                records: dict[str, tuple[dict, Path]] | None = None) -> str:
+                records: dict[str, tuple[dict, Path]] | None = None,
+                full: dict[str, tuple[dict, Path]] | None = None) -> str:
     """The whole page, from the snapshot in ``data`` and the benchmark results in ``bench``.
 
     Args:
@@ -319,6 +347,7 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
         figures: where the sections' figures go once the whole page rendered (``None``: nowhere).
         records: ``{section: (record, path)}`` to render instead of ``data``'s (a run directory's
             summaries, read by :func:`read_runs`); the other sections come from ``data``.
+        full: the same for the full profiles (instead of ``data/full``'s).
 
     Raises:
         RefusedRecord: a record is not valid or cannot be rendered (the message names its file);
@@ -332,6 +361,8 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
 
     loaded = {**load_data(data), **(records or {})}
     records = {name: loaded[name] for name in SECTIONS if name in loaded}
+    loaded_full = {**load_data(data / FULL, profile="full"), **(full or {})}
+    full = {name: loaded_full[name] for name in SECTIONS if name in loaded_full}
     lines = [
         "# Results",
         "",
@@ -344,39 +375,54 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
         "`benchmarks/results/*.json`). Each part gives the date it was produced, the machine's load average "
         "then (1 / 5 / 15 min, where recorded; the machine has the cores listed with each record) and its "
         "command. The quick profile is small and short: read \"not confirmed\" as \"not confirmed at this "
-        "scale\"; the guides hold the longer `full`-profile runs.",
+        "scale\". The full profiles (`posenc reproduce SECTION --profile full`, hours of CPU each) are recorded "
+        "in `docs/data/full/` with the same provenance and shown beside the quick verdicts and under each "
+        "section.",
         "",
     ]
     if records:
         rows, claims, headers = [], [], {}
-        for name, (rec, path) in records.items():
+        for name, (rec, path) in [*records.items(), *((f"full/{k}", v) for k, v in full.items())]:
             with _blame(path):
                 v = rec.get("versions", {})
                 jobs = rec.get("jobs") or {}
                 wall = rec.get("wall_seconds_this_run")
-                rows.append([f"[`{name}`](#{name})", rec.get("profile", ""), len(jobs),
+                anchor = name.replace("/", "-")
+                rows.append([f"[`{name.split('/')[-1]}`](#{anchor})", rec.get("profile", ""), len(jobs),
                              f"{rec.get('compute_seconds', 0):.0f}", "–" if wall is None else f"{wall:.0f}",
                              f"{rec.get('quick_budget_s', 0):.0f}",
                              _date(rec), _load(rec.get("load_average")),
                              f"torch {v.get('torch', '?')}, {v.get('cpus', '?')} CPUs",
                              f"`{rec.get('command') or ''}`"])
-                claims += _claims({name: rec})
-                headers[name] = [f'<a id="{name}"></a>', "", f"### {rec['title']}", "",
+                if "/" not in name:
+                    claims += _claims({name: rec}, {k: v[0] for k, v in full.items()} if full else None)
+                    headers[name] = [f'<a id="{anchor}"></a>', "", f"### {rec['title']}", ""]
+                else:
+                    headers[name] = [f'<a id="{anchor}"></a>', "", "#### Full profile", ""]
+                headers[name] += [
                                  f"*Produced by `{rec.get('command') or 'posenc reproduce'}` "
                                  f"({rec.get('profile', '')} profile) with {_code(rec.get('code'))}, finished "
-                                 f"{_date(rec)}, load average {_load(rec.get('load_average'))}.*", ""]
+                                 f"{_date(rec)}, load average {_load(rec.get('load_average'))}; "
+                                 f"{len(jobs)} jobs, {rec.get('compute_seconds', 0):.0f} s of CPU (the jobs' process "
+                                 "time).*", ""]
         lines += ["## Reproduction report", "",
                   markdown_table(["section", "profile", "jobs", "compute (s)", "wall (s)", "quick budget (s)",
                                   "finished", "load average", "machine", "command"], rows), "",
                   "`compute` adds up the seconds of every job (as they were measured, whenever they ran); `wall` is "
                   "the time the section took in the run that finished it (jobs already done were skipped).", ""]
         if claims:
+            head = ["section", "claim", "verdict (quick)", "after Holm (quick)"] + (["verdict (full)"] if full else [])
             lines += ["### Claims checked", "",
                       "Verdicts as `posenc reproduce` reads them from each claim's paired per-seed differences "
                       "(yes / no for the claims that are single checks); *after Holm*: the same with every "
                       "comparison of the section in one family (Holm's step-down adjustment at 5 %); no verdict "
-                      "is read from fewer than 3 converged pairs (\"not decided\"):", "",
-                      markdown_table(["section", "claim", "verdict", "after Holm"], claims), ""]
+                      "is read from fewer than 3 usable pairs (\"not decided\"; the convergence gate and the "
+                      "smallest difference that matters are explained in the [guides' introduction](index.md)). "
+                      "*Full*: the same claim in the section's full profile (`–`: none recorded).", "",
+                      _decided_line("Quick profile", {k: v[0]["summary"] for k, v in records.items()}), ""]
+            if full:
+                lines += [_decided_line("Full profiles", {k: v[0]["summary"] for k, v in full.items()}), ""]
+            lines += [markdown_table(head, claims), ""]
     bench_lines = []
     results = sorted(bench.glob("*.json"))
     if results:
@@ -398,8 +444,12 @@ def render_page(data: Path = DATA, bench: Path = BENCH, figures: Path | None = N
                                 f"{env.get('cpus', '?')} CPUs.*", "",
                                 fmt(r).rstrip(), ""]
     if records:  # the figures are written once every section rendered, after every other input was read
-        for name, body in render_sections(records, figures).items():
-            lines += [*headers[name], _demote(body.rstrip(), 2), ""]
+        bodies = render_sections({**records, **{f"full/{k}": v for k, v in full.items()}}, figures)
+        for name in records:
+            lines += [*headers[name], _demote(bodies[name].rstrip(), 2), ""]
+            if f"full/{name}" in bodies:
+                lines += ["<details><summary>The full profile's report</summary>", "",
+                          *headers[f"full/{name}"], _demote(bodies[f"full/{name}"].rstrip(), 3), "", "</details>", ""]
     lines += bench_lines
     return "\n".join(lines).rstrip() + "\n"
 
@@ -410,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.results", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=None,
                         help="a posenc reproduce run directory to snapshot into docs/data/ first (skipped if absent)")
+    parser.add_argument("--full", type=Path, default=None,
+                        help="a run directory of full profiles to snapshot into docs/data/full/ first (skipped if absent)")
     parser.add_argument("--check", action="store_true", help="compare with docs/results.md instead of writing it")
     args = parser.parse_args(argv)
     try:
@@ -438,11 +490,24 @@ def _main(args: argparse.Namespace) -> int:
             return 2
         else:
             print(f"{args.runs} does not exist: rendering the committed snapshot in {DATA}", file=sys.stderr)
+    full: dict[str, tuple[dict, Path]] = {}
+    if args.full is not None:
+        if args.full.is_dir():
+            full = {k: v for k, v in read_runs(args.full).items() if v[0].get("profile") == "full"}
+        elif os.path.lexists(args.full):
+            print(f"error: --full {str(args.full)!r} is not a directory: give the run directory of "
+                  f"`posenc reproduce SECTION --profile full --out DIR`", file=sys.stderr)
+            return 2
+        else:
+            print(f"{args.full} does not exist: rendering the committed full profiles in {DATA / FULL}", file=sys.stderr)
     # every input is read, validated and rendered (figures in memory) before the first write
-    page = render_page(data=DATA, bench=BENCH, records=records, figures=FIGURES)
+    page = render_page(data=DATA, bench=BENCH, records=records, figures=FIGURES, full=full)
     if args.runs is not None and args.runs.is_dir():
         copied = write_snapshot(records, DATA)
         print(f"snapshot of {args.runs}: {', '.join(copied) or 'no finished section'} -> {DATA}", file=sys.stderr)
+    if full:
+        copied = write_snapshot(full, DATA / FULL)
+        print(f"snapshot of {args.full}: {', '.join(copied)} -> {DATA / FULL}", file=sys.stderr)
     atomic_write_text(PAGE, page)
     print(f"wrote {PAGE}", file=sys.stderr)
     return 0

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.report.decided import count_decided
 from posenc.report.executors import InlineExecutor, LocalExecutor, RayExecutor, Task, make_executor
 from posenc.report.registry import SECTIONS, get_section
 from posenc.experiments.job import Job
@@ -553,7 +554,7 @@ def run_job(
     store = JobStore(out)
     if force:
         path = store.path(section, key)
-        if path.exists():
+        if (path.exists() or path.is_symlink()) and not path.is_dir():  # a directory there: save keeps the result beside it
             path.unlink()
     res = run_section(section, profile, Path(out), seeds, keys=[key], threads=threads, wait_for_others=False)
     if res["jobs"]["failed"] or res["jobs"]["refused"]:
@@ -597,7 +598,8 @@ def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
     ]
     index = []
     bodies = []
-    for name, rec in check_summaries(out).items():
+    records = check_summaries(out)
+    for name, rec in records.items():
         index.append(
             f"| [{rec['title']}](#{name}) | `{name}` | {rec['profile']} | "
             f"{rec['compute_seconds']:.1f} | {rec['quick_budget_s']:.0f} | `{rec.get('command') or ''}` |"
@@ -610,6 +612,12 @@ def write_report(out: Path, argv: Sequence[str] | None = None) -> Path:
             *index,
             "",
         ]
+        counts = count_decided({name: rec["summary"] for name, rec in records.items()})
+        lines += [f"**Claims decided** (every comparison of the claim reads holds or contradicted): "
+                  f"{counts['claims_decided']} of {counts['claims']} claims, {counts['comparisons_decided']} of "
+                  f"{counts['comparisons']} comparisons"
+                  + (f"; not decided: {', '.join(f'`{k}`' for k in counts['undecided'])}." if counts["undecided"]
+                     else "."), ""]
     lines += bodies
     path = out / "report.md"
     atomic_write_text(path, "\n".join(lines).rstrip() + "\n")
