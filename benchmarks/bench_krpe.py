@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -208,6 +209,18 @@ def _measure(spec: dict) -> dict:
                             .sum().backward()) for C in spec["chunks"]}
             rows.append({"n": nn, **_interleaved(fns, reps)})
         return {"rows": rows}
+    if kind == "decay_pieces":  # forward+backward of the chunkwise decay RPE against its piece size (block_bytes)
+        from posenc.attention.kernelized.decay import decay_kernelized_attention
+
+        rows = []
+        for nn in spec["lengths"]:
+            pq, pk, v, _ = _attention_inputs(g, H, nn, m, d, coeffs=False)
+            a = torch.rand(H, 2, generator=g).requires_grad_()
+            lam = torch.rand(H, 2, generator=g).requires_grad_()
+            fns = {str(mib): (lambda bb=int(mib * 2**20): decay_kernelized_attention(
+                pq, pk, v, a, lam, (a, lam), block_bytes=bb).sum().backward()) for mib in spec["block_mib"]}
+            rows.append({"n": nn, **_interleaved(fns, reps)})
+        return {"rows": rows}
     if kind == "fft_lines":  # rfft+irfft of `channels` lines of length 2n, transformed `lines` at a time
         rows = []
         for nn in spec["lengths"]:
@@ -248,7 +261,15 @@ def _measure(spec: dict) -> dict:
                "decay_unchecked": lambda: decay_kernelized_attention(pq, pk, v, a, lam, (a, lam),
                                                                      check_inputs=False).sum().backward()}
         rounds = _rounds(fns, reps, warm=n <= 16384)
-        return {"rounds_cpu_s": rounds, "fft_s": min(rounds["fft"]), "decay_s": min(rounds["decay"]),
+        faults = {}
+        for k in ("fft", "decay"):  # fresh pages of a warm call (the kernel zero-fills each): the decay path's
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # autograd saves O(n) tensors, which glibc
+            fns[k]()  # returns to the kernel when they are freed
+            faults[k] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        return {"page_faults_per_call": faults, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "numerics_env": {k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS",
+                                                                 "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")},
+                "rounds_cpu_s": rounds, "fft_s": min(rounds["fft"]), "decay_s": min(rounds["decay"]),
                 "ratio_fft_over_decay": min(rounds["fft"]) / min(rounds["decay"]),
                 "ratio_per_round": [f / c for f, c in zip(rounds["fft"], rounds["decay"])],
                 "ratio_wall": min(rounds["wall"]["fft"]) / min(rounds["wall"]["decay"]),
@@ -613,6 +634,10 @@ def run(quick: bool) -> dict:
     result["decay_chunk"] = _child(
         {"kind": "decay_chunk", "n": 0, "heads": H, "d": d, "m": m, "lengths": [2048] if quick else [4096, 16384],
          "chunks": [16, 32, 64, 128, 256], "repeats": 3}, 300)
+
+    result["decay_pieces"] = _child(
+        {"kind": "decay_pieces", "n": 0, "heads": H, "d": d, "m": m, "lengths": [2048] if quick else [4096, 16384],
+         "block_mib": [1, 4, 16, 64], "repeats": 3}, 400)
 
     # 2. main table: every method, growing n
     table: dict[str, list[dict]] = {}

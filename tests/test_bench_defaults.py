@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -88,3 +89,45 @@ def test_saved_result_renders():
     r = json.loads(path.read_text())
     assert r["benchmark"] == "defaults" and r["rows"]
     assert "first call" in tables.defaults(r)
+
+
+def test_kernel_setups_are_measured_and_a_call_that_used_a_kernel_first_has_its_setup_in_its_floor():
+    setup = bench_defaults.kernel_setup_child()
+    assert set(setup["setups_cpu_s"]) == set(bench_defaults.SETUP_OPS)
+    assert all(v >= 0 for v in setup["setups_cpu_s"].values())
+    # warm 1 ms, the output's pages 1 ms, the first product's setup 0.4 ms and a reduction's 0.1 ms, the call
+    # used both (their tiny calls after it were warm) but no division: floor 2.5, and 2.7 is within 10 %
+    warm = {"first_cpu_s": 1e-5, "warm_cpu_s": 1e-5}
+    cold = {"first_cpu_s": 0.3e-3, "warm_cpu_s": 1e-5}
+    setups = {"matmul": 0.4e-3, "sum": 0.1e-3, "div": 0.1e-3}
+    made = {**_proc(1e-3, 2.7e-3, 1e-3), "ops_after_first": {"matmul": warm, "sum": warm, "div": cold}}
+    row = bench_defaults.summarise([made], setups)
+    assert row["first_call_used_kernels"] == {"matmul": True, "sum": True, "div": False}
+    assert row["first_call_made_matmul"] is True and row["first_call_floor"] == pytest.approx(2.0)
+    assert row["first_call_setup_cpu_s"] == pytest.approx(0.5e-3)
+    assert row["first_call_floor_setup"] == pytest.approx(2.5) and row["first_call_above_floor"] == pytest.approx(0.2)
+    assert row["first_call_within_goal"] is False and row["first_call_within_floor"] is True
+    assert row["first_call_met"] is True
+    # the tiny calls after the first call paid the setups: the call used none, its floor is the pages' alone
+    none = {**made, "ops_after_first": {"matmul": cold, "sum": cold, "div": cold}}
+    row = bench_defaults.summarise([none], setups)
+    assert row["first_call_made_matmul"] is False and row["first_call_floor_setup"] == pytest.approx(2.0)
+    assert row["first_call_within_floor"] is False and row["first_call_met"] is False
+    # without the setups measured the floor is the pages' (the records before it)
+    row = bench_defaults.summarise([made])
+    assert row["first_call_used_kernels"] is None and row["first_call_floor_setup"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("position_scale", [1.0, 0.37])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rope_table_made_in_one_buffer_is_the_cast_of_the_float64_cos_and_sin(position_scale, dtype):
+    # RotaryEmbedding's first call at a length builds its cos/sin table; cast tables are made through one
+    # float64 buffer (less fresh memory for a first call): the same bits as cos/sin of the angles, cast
+    from posenc.attention.relative.rotary import RotaryEmbedding, rope_angles
+
+    rope = RotaryEmbedding(64, base=500.0)
+    rope._position_scale = position_scale
+    cos, sin = rope._build_table(300, "cpu", dtype, start=7)
+    ang = rope_angles(torch.arange(7, 307), rope._freqs) * position_scale
+    assert cos.dtype == sin.dtype == dtype
+    assert torch.equal(cos, torch.cos(ang).to(dtype)) and torch.equal(sin, torch.sin(ang).to(dtype))

@@ -294,3 +294,24 @@ def test_mixed_dtypes_are_refused_by_name(dtypes, causal):
         decay_kernelized_attention(q, k, v, a, lam, None if causal else (a, lam))
     with pytest.raises(TypeError, match="phi_q, phi_k and v must share one dtype"):
         alibi_kernelized_attention(q, k, v, alibi_slopes(2), causal=causal)
+
+
+@pytest.mark.parametrize("future", [False, True])
+@pytest.mark.parametrize("block_bytes", [1, 2500, 60000])
+def test_chunkwise_pieces_of_heads_and_segments_give_every_gradient(future, block_bytes):
+    # pieces cut from one split of the heads and one of the chunks (the gradients of a piece are
+    # gathered by one concatenation, not a zero-filled copy of the whole input per piece): several
+    # heads per group or one, several segments per head or one, a padded tail (n = 43, chunk 4);
+    # values and every gradient (key padding mask included) equal the dense float64 reference
+    pq, pk, v, a, lam, fut = _attn_inputs(13, 2, 3, 43, 3, 2, 2, future)
+    mask = torch.zeros(2, 43, dtype=torch.bool)
+    mask[1, -5:] = True
+    leaves = [pq, pk, v, a, lam] + (list(fut) if fut else [])
+    for t in leaves:
+        t.requires_grad_()
+    out = decay_kernelized_attention(pq, pk, v, a, lam, fut, key_padding_mask=mask, chunk=4, block_bytes=block_bytes)
+    ref = _dense(pq, pk, v, a, lam, fut, mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    w = torch.randn(out.shape, dtype=D, generator=torch.Generator().manual_seed(2))
+    for x, y in zip(torch.autograd.grad((out * w).sum(), leaves), torch.autograd.grad((ref * w).sum(), leaves)):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-11)

@@ -253,3 +253,31 @@ def test_linear_attention_without_autograd_is_the_autograd_path_and_the_dense_re
         torch.testing.assert_close(fast.double(), ref, rtol=tol, atol=tol)
         assert torch.equal(fast[0, 1, 7], torch.zeros(4, dtype=dtype))
         assert fast.dtype == dtype and fast.shape == (2, 3, 70, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("zero_rows", [False, True])
+def test_linear_attention_checked_path_divides_unguarded_and_matches_the_guarded_one(dtype, zero_rows):
+    # checked, the no-autograd path divides by the denominators as they are and remakes a result that
+    # is not finite with the zero guard: the same bits as the unchecked (guarded) call, either way
+    from posenc.attention.kernelized.kernelized import _linear_attention
+
+    g = torch.Generator().manual_seed(12)
+    pq = torch.rand(2, 3, 70, 5, generator=g, dtype=dtype)
+    pk = torch.rand(2, 3, 90, 5, generator=g, dtype=dtype)
+    v = torch.randn(2, 3, 90, 4, generator=g, dtype=dtype)
+    if zero_rows:
+        pq[1, 2, 30] = 0.0
+    checked = kernelized_attention(pq, pk, v)
+    assert torch.equal(checked, kernelized_attention(pq, pk, v, check_inputs=False))
+    assert torch.equal(checked, _linear_attention(pq, pk, v))
+    unguarded = _linear_attention(pq, pk, v, guard=False)
+    assert torch.isfinite(unguarded).all() != zero_rows  # 0 / 0 where a query has zero weight on every key
+    if zero_rows:
+        assert torch.equal(checked[1, 2, 30], torch.zeros(4, dtype=dtype))
+        unguarded[1, 2, 30] = 0.0
+    assert torch.equal(unguarded, checked)
+    ref = dense_kernelized_attention(pq.double(), pk.double(), v.double())
+    ref[1, 2, 30] = 0.0 if zero_rows else ref[1, 2, 30]
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(checked.double(), ref, rtol=tol, atol=tol)

@@ -157,3 +157,97 @@ def test_half_precision_is_computed_in_float32(low, method):
     out = toeplitz_matmul(c.to(low), x.to(low), method=method)
     assert out.dtype == low
     torch.testing.assert_close(out.float(), ref.to(low).float(), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ the FFT path's checks, block by block
+def _fused_shape(n=600, ch=64, dtype=D):
+    """Inputs large enough for the FFT path's checks to read x block by block (see _fused_checks_pay)."""
+    from posenc.attention.kernelized.toeplitz import _fused_checks_pay
+
+    assert _fused_checks_pay(n, n, ch, dtype, 2 * 2**20)
+    g = torch.Generator().manual_seed(n + ch)
+    return torch.rand(3, 2 * n - 1, dtype=dtype, generator=g), torch.randn(2, 3, n, ch, dtype=dtype, generator=g)
+
+
+@pytest.mark.parametrize("layout", ["rows", "channel_major"])
+def test_fused_checks_path_matches_dense_and_the_unchecked_call(layout):
+    c, x = _fused_shape()
+    if layout == "channel_major":  # x[g].T contiguous: the lines are copied without the staging gather
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    y = toeplitz_matmul(c, x)
+    assert torch.equal(y, toeplitz_matmul(c, x, check_inputs=False))
+    torch.testing.assert_close(y, toeplitz_dense(c, 600, 600)[None] @ x, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, D])
+@pytest.mark.parametrize("layout", ["rows", "channel_major"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where", [(0, 0, 0, 0), (1, 2, 599, 63), (1, 1, 300, 31)])
+def test_fused_checks_refuse_a_non_finite_entry_naming_x(dtype, layout, value, where):
+    c, x = _fused_shape(dtype=dtype)
+    x = x.clone()
+    x[where] = value
+    if layout == "channel_major":
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    with pytest.raises(ValueError, match="x contains 1 non-finite value"):
+        toeplitz_matmul(c, x)
+    assert not torch.isfinite(toeplitz_matmul(c, x, check_inputs=False)).all()  # the opt-out lets it through
+
+
+def test_fused_checks_accept_finite_entries_whose_squares_overflow():
+    n, ch = 600, 64
+    x = torch.full((n, ch), 1e20)  # x^2 = 1e40 > float32 max: the sum of squares is inf, the entries are finite
+    x[::2] = -1e20
+    c = torch.zeros(2 * n - 1)
+    c[n - 1] = 1.0  # the identity: y = x
+    y = toeplitz_matmul(c, x)
+    torch.testing.assert_close(y, x, rtol=1e-5, atol=1e14)
+
+
+def test_fused_checks_still_refuse_a_result_that_overflows():
+    n, ch = 600, 64
+    c, x = torch.full((2 * n - 1,), 3e38), torch.ones(n, ch)
+    with pytest.raises(ValueError, match="overflows torch.float32"):
+        toeplitz_matmul(c, x)
+    c16 = torch.ones(2 * n - 1, dtype=torch.float16)  # float16 out: the cast can overflow where float32 did not
+    with pytest.raises(ValueError, match="overflows torch.float16"):
+        toeplitz_matmul(c16, torch.full((n, ch), 200.0, dtype=torch.float16))
+
+
+def test_result_bound_is_conservative():
+    from posenc.attention.kernelized.toeplitz import _result_bounded
+
+    assert _result_bounded(1e6, 600, 1200, 1.0, torch.float32, torch.float32)
+    for squares in (float("nan"), float("inf")):
+        assert not _result_bounded(squares, 600, 1200, 1.0, torch.float32, torch.float32)
+    # the bound 16 sqrt(n S) L^2 max(1, scale) against the smaller maximum of the two dtypes
+    assert not _result_bounded(1e6, 600, 1200, 2.0**100, torch.float32, torch.float32)
+    assert _result_bounded(1e6, 600, 1200, 2.0**100, D, D)
+    assert not _result_bounded(1.0, 600, 1200, 1.0, torch.float32, torch.float16)
+
+
+def test_fused_checks_path_gradients_match_dense():
+    c, x = _fused_shape(n=300, ch=128)
+    c.requires_grad_()
+    x.requires_grad_()
+    w = torch.randn(2, 3, 300, 128, dtype=D, generator=torch.Generator().manual_seed(1))
+    (toeplitz_matmul(c, x) * w).sum().backward()
+    gc, gx = c.grad.clone(), x.grad.clone()
+    c.grad, x.grad = None, None
+    (toeplitz_dense(c, 300, 300)[None] @ x * w).sum().backward()
+    torch.testing.assert_close(gc, c.grad, rtol=0, atol=1e-9)
+    torch.testing.assert_close(gx, x.grad, rtol=0, atol=1e-10)
+
+
+def test_allocator_is_primed_once_per_size_and_only_on_the_cpu(monkeypatch):
+    from posenc.attention.kernelized import toeplitz as T
+
+    monkeypatch.setattr(T, "_PRIMED_BYTES", 0)
+    sizes = []
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: sizes.append(a[0]) or real_empty(*a, **k))
+    T._prime_allocator(1000, torch.device("cpu"))
+    T._prime_allocator(1000, torch.device("cpu"))  # this size or less: nothing more
+    T._prime_allocator(10**12, torch.device("cpu"))  # capped at glibc's largest mmap threshold
+    T._prime_allocator(10**9, torch.device("meta"))
+    assert sizes == [1000, T.PRIME_MAX_BYTES] and T._PRIMED_BYTES == T.PRIME_MAX_BYTES

@@ -282,7 +282,8 @@ def _dense(phi_q, phi_k, v, coeffs, n_q, n_k):
     return safe_ratio(s @ v, s.sum(-1, keepdim=True))
 
 
-def _linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor,
+                      guard: bool = True) -> torch.Tensor:
     """``phi_q (phi_k^T v) / (phi_q sum_j phi_k_j)``, 0 where the denominator is 0 (non-causal, no RPE).
 
     Under autograd (or while tracing) one product with ``[v, 1]`` gives numerators and
@@ -290,7 +291,9 @@ def _linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor)
     Without autograd the numerators are made in the result's memory and divided in place, and the
     denominators are one column: the call touches no memory but its result's and three small
     ``m``-sized products (no ``[v, 1]`` copy, no ``n x (d + 1)`` temporary), which is what a first
-    call in a process pays page faults for.
+    call in a process pays page faults for. ``guard=False`` (without autograd) divides by the
+    denominators as they are: a zero one gives NaN or infinity, which the caller's check of the
+    result then finds (it recomputes with the guard); every other entry is the guarded result's.
     """
     grad = torch.is_grad_enabled() and (phi_q.requires_grad or phi_k.requires_grad or v.requires_grad)
     if grad or _compiling():
@@ -298,7 +301,7 @@ def _linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor)
         return ratio_of_last(phi_q @ kv)
     kv = phi_k.transpose(-1, -2) @ v  # (B, H, m, d)
     den = phi_q @ phi_k.sum(-2, keepdim=True).transpose(-1, -2)  # (B, H, n, 1)
-    return torch.matmul(phi_q, kv).div_(den.masked_fill_(den == 0, 1.0))
+    return torch.matmul(phi_q, kv).div_(den.masked_fill_(den == 0, 1.0) if guard else den)
 
 
 def kernelized_attention(
@@ -381,10 +384,15 @@ def kernelized_attention(
 
             z = chunkwise_attention(phi_q, phi_k, v, None, None)
             return check_output(check_inputs, z, "kernelized_attention").to(out_dtype)
-        z = _linear_attention(phi_q, phi_k, v)
-        if check_inputs and not _compiling() and not all_finite(z):
-            check_all_finite(True, **given)  # names the non-finite input; else finite inputs overflowed
-            check_output(True, z, "kernelized_attention")
+        checked = check_inputs and not _compiling()
+        # checked, the result's check also finds a zero denominator (x / 0 is never finite): the division
+        # skips its guard, and only a result that is not finite is made again with it
+        z = _linear_attention(phi_q, phi_k, v, guard=not checked)
+        if checked and not all_finite(z):
+            z = _linear_attention(phi_q, phi_k, v)  # a query whose keys all have zero weight gets 0
+            if not all_finite(z):
+                check_all_finite(True, **given)  # names the non-finite input; else finite inputs overflowed
+                check_output(True, z, "kernelized_attention")
         return z.to(out_dtype)
     check_coeffs(coeffs, n_q, n_k)
     check_finite("coeffs", coeffs)

@@ -18,6 +18,8 @@ extra memory is bounded by ``block_bytes`` regardless of the channel count.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from posenc._checks import (
@@ -27,10 +29,40 @@ from posenc._checks import (
     check_choice,
     check_finite,
     check_floating,
+    check_has_data,
     check_positive_int,
     check_tensor,
 )
 from posenc._resources import check_footprint
+
+#: The largest buffer :func:`_prime_allocator` has freed in this process (bytes), and the most it frees
+#: (glibc's dynamic mmap threshold rises no higher: ``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit systems).
+_PRIMED_BYTES = 0
+PRIME_MAX_BYTES = 32 * 2**20
+
+
+def _prime_allocator(nbytes: int, device: torch.device) -> None:
+    """Allocate and free ``nbytes`` of untouched memory, once per process and size (CPU only).
+
+    glibc serves an allocation above its mmap threshold (128 KiB in a fresh process) with a fresh
+    mapping and unmaps it when it is freed; each such free raises the threshold to that size, and
+    the heap's trim threshold to twice it (up to :data:`PRIME_MAX_BYTES`). Until a process has freed
+    one buffer as large as the FFT path's per-block transform outputs, those are mapped and unmapped,
+    or the heap grown and trimmed, block after block, and every block pays its page faults afresh:
+    a first ``toeplitz_matmul`` took 1.7-2.3 times the page faults of its buffers (4,300-5,900 at
+    n = 4,096, 256 channels). Freeing one untouched buffer of two blocks' outputs first (a mapping
+    and an unmapping: no page is touched) is what the process's first free of such a buffer does
+    anyway, earlier: the blocks then reuse one another's memory (2,640-3,050 faults). The decay
+    path's pieces likewise (:func:`~posenc.attention.kernelized.decay.chunkwise_attention`). Elsewhere
+    it costs one allocation per process and size; nothing while ``torch.compile`` traces.
+    """
+    global _PRIMED_BYTES
+    nbytes = min(nbytes, PRIME_MAX_BYTES)
+    if device.type != "cpu" or nbytes <= _PRIMED_BYTES or _compiling():
+        return
+    _PRIMED_BYTES = nbytes
+    torch.empty(nbytes, dtype=torch.uint8, device="cpu")  # freed at once, never written (whatever the default device)
+
 
 #: Below this output length the direct (materialised Toeplitz matrix) product
 #: is used by ``method="auto"``. Measured on the 2-core development machine
@@ -50,6 +82,21 @@ METHODS = ("auto", "fft", "direct")
 def next_fast_len(n: int) -> int:
     """Smallest 2^a 3^b 5^c >= ``n`` (lengths pocketfft transforms fastest)."""
     check_positive_int("n", n)
+    if _compiling():  # (a traced function: no module state)
+        return _fast_len(n)
+    best = _FAST_LENS.get(n)
+    if best is None:
+        if len(_FAST_LENS) >= 256:
+            _FAST_LENS.clear()
+        best = _FAST_LENS[n] = _fast_len(n)
+    return best
+
+
+#: :func:`next_fast_len` by length (a call asks 2-3 times; 8 us each in Python at n ~ 8k)
+_FAST_LENS: dict[int, int] = {}
+
+
+def _fast_len(n: int) -> int:
     best = 1
     while best < n:
         best *= 2
@@ -150,32 +197,55 @@ class ToeplitzFFT(torch.autograd.Function):
 
     ``scale`` (a 0-dim tensor, not differentiated) multiplies the result as each block is
     written out, and the gradients likewise: ``y = scale * C x`` with no pass over ``y`` of its own.
+    ``probe`` (a list, or None): forward appends the sum of squares of ``x`` (the square of its
+    2-norm), each block's read while it is in cache (the input checks of :func:`toeplitz_matmul`,
+    :func:`_result_bounded`).
     """
 
     @staticmethod
     def forward(ctx, coeffs: torch.Tensor, x: torch.Tensor, n_q: int, block_bytes: int,  # type: ignore[override]
-                scale: torch.Tensor):
+                scale: torch.Tensor, probe: list | None = None):
         G, n_k, channels = x.shape
         length = next_fast_len(n_q + n_k - 1)
         ranges = even_ranges(channels, lines_per_block(length, channels, block_bytes, x.element_size()))
         hf = torch.fft.rfft(circulant_kernel(coeffs, n_q, length), dim=-1)
         outT = x.new_empty((G, channels, n_q))
-        # one set of block buffers for the whole call: a block's lines are copied (transposed) into
-        # the head of ``padded``, whose zero tail is the transform's padding, and each transform
-        # writes into its buffer. A first call touches the output and one block's memory, no
-        # channel-major copy of x and no fresh temporaries per block.
+        # A block's lines are gathered from x into ``stage`` (row-major, contiguous: x's rows are
+        # read in order) and transposed from there into the head of ``padded``, whose zero tail is
+        # the transform's padding. Copying x[g, :, a:b].T into ``padded`` directly reads x with a
+        # stride of a whole row per element, which costs 5x more than the two copies (it was 40 %
+        # of the call at n = 8,192 with 256 channels). The transforms allocate their own outputs
+        # (``out=`` would only add a copy: torch computes the transform and copies it there), freed
+        # block by block, so the allocator hands the next block the same memory.
         lines = max(b - a for a, b in ranges)
+        _prime_allocator(4 * lines * (length + 2) * x.element_size(), x.device)  # (two blocks' transform outputs)
         padded = x.new_zeros((lines, length))
-        spectrum = hf.new_empty((lines, length // 2 + 1))
-        signal = x.new_empty((lines, length))
+        direct = x.stride(-2) == 1  # x already channel-major (a transposed tensor): its rows are the lines
+        stage = None if direct else x.new_empty(n_k * lines)
+        # one slot per block for its norm, allocated before the loop: a small allocation between the
+        # transforms' would move their buffers, which alone changed the call's time by 4-5 %
+        norms = x.new_empty(G * len(ranges)) if probe is not None else None
         for g in range(G):
-            for a, b in ranges:
+            for k, (a, b) in enumerate(ranges):
                 w = b - a
-                padded[:w, :n_k].copy_(x[g, :, a:b].T)
-                xf = torch.fft.rfft(padded[:w], dim=-1, out=spectrum[:w])
+                head = padded[:w, :n_k]
+                if direct:
+                    block = head.copy_(x[g, :, a:b].T)
+                else:
+                    block = stage[: n_k * w].view(n_k, w).copy_(x[g, :, a:b])
+                    head.copy_(block.T)
+                if norms is not None:  # the block's 2-norm, read while it is in cache (see toeplitz_matmul)
+                    flat = padded[:w].view(-1) if direct else block.view(-1)  # (direct: with the zero tail)
+                    # (torch's own reduction, not a BLAS dot: a first call would pay the BLAS library's setup)
+                    torch.linalg.vector_norm(flat, out=norms[g * len(ranges) + k])
+                xf = torch.fft.rfft(padded[:w], dim=-1)
                 xf.mul_(hf[g])
-                yb = torch.fft.irfft(xf, n=length, dim=-1, out=signal[:w])
+                yb = torch.fft.irfft(xf, n=length, dim=-1)
+                del xf
                 torch.mul(yb[:, :n_q], scale, out=outT[g, a:b])
+                del yb
+        if norms is not None:
+            probe.append(float(torch.linalg.vector_norm(norms)) ** 2)
         ctx.save_for_backward(coeffs, x, scale)
         ctx.n_q, ctx.length, ctx.ranges = n_q, length, ranges
         return outT.transpose(1, 2)
@@ -205,7 +275,7 @@ class ToeplitzFFT(torch.autograd.Function):
         dcoeffs = None
         if need_c:
             dcoeffs = kernel_grad_to_coeffs(torch.fft.irfft(cross, n=length, dim=-1), n_q, n_k) * scale
-        return dcoeffs, None if dxT is None else dxT.transpose(1, 2), None, None, None
+        return dcoeffs, None if dxT is None else dxT.transpose(1, 2), None, None, None, None
 
 
 def toeplitz_matmul(
@@ -267,32 +337,81 @@ def toeplitz_matmul(
             f"coeffs {tuple(coeffs.shape)} and x {tuple(x.shape)} have leading dims that do not broadcast "
             f"({tuple(coeffs.shape[:-1])} against {tuple(x.shape[:-2])})"
         ) from None
-    if check_inputs:
-        check_finite("coeffs", coeffs)
-        check_finite("x", x)
+    if method == "auto":
+        method = "direct" if n_q + n <= 2 * TOEPLITZ_DIRECT_MAX_N else "fft"
+    if 0 in batch or x.shape[-1] == 0:
+        method = "direct"  # an empty product (no channels, or an empty batch): nothing to transform
     out_dtype = torch.promote_types(coeffs.dtype, x.dtype)
     # no half-precision FFT on CPU: float16 / bfloat16 are computed in float32 and cast back
     dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    # the FFT path checks x block by block while each block is in cache, and the sum of squares it
+    # reads bounds the result (no pass over x or over the result of their own): see _result_bounded
+    fused = (check_inputs and method == "fft" and not _compiling()
+             and _fused_checks_pay(n_q, n, x.shape[-1], dtype, block_bytes))
+    if check_inputs:
+        check_finite("coeffs", coeffs)
+        if fused:
+            check_has_data("x", x)
+        else:
+            check_finite("x", x)
+    x_given = x
     coeffs, x = coeffs.to(dtype), x.to(dtype)
     if causal:
         coeffs = causal_coeffs(coeffs, n_q)
     scale = _pow2_scale(coeffs)
     coeffs = coeffs / scale
-    if method == "auto":
-        method = "direct" if n_q + n <= 2 * TOEPLITZ_DIRECT_MAX_N else "fft"
-    if 0 in batch or x.shape[-1] == 0:
-        method = "direct"  # an empty product (no channels, or an empty batch): nothing to transform
+    probe: list | None = [] if fused else None
     if method == "direct":
         y = (toeplitz_dense(coeffs, n_q, n) @ x) * scale
     else:
         c = coeffs.expand(*batch, coeffs.shape[-1]).reshape(-1, coeffs.shape[-1])
         xb = x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:])
-        y = ToeplitzFFT.apply(c, xb, n_q, block_bytes, scale).reshape(*batch, n_q, x.shape[-1])
+        y = ToeplitzFFT.apply(c, xb, n_q, block_bytes, scale, probe).reshape(*batch, n_q, x.shape[-1])
     y = y.to(out_dtype)
-    if check_inputs and not _compiling() and not all_finite(y):
+    result_safe = False
+    if probe:
+        result_safe = _result_bounded(probe[0], n, next_fast_len(n_q + n - 1), float(scale), dtype, out_dtype)
+        if not result_safe:
+            check_finite("x", x_given)  # NaN / inf in x raises here, naming it
+    if check_inputs and not _compiling() and not result_safe and not all_finite(y):
         raise ValueError(f"toeplitz_matmul: the result overflows {out_dtype} although coeffs and x are finite; "
                          "compute in float64 or rescale the inputs")
     return y
+
+
+def _result_bounded(squares: float, n: int, length: int, scale: float, dtype: torch.dtype,
+                    out_dtype: torch.dtype) -> bool:
+    """Whether ``x`` is finite and no value of the FFT path can overflow, from ``squares`` (the sum of x²).
+
+    A finite sum of squares proves every entry of ``x`` finite (a NaN or an infinity makes it NaN or
+    infinite; finite entries whose squares overflow make it infinite too, and are then checked one by
+    one). It also bounds every line: ``sum |x_j| <= A = sqrt(n * squares)`` (Cauchy-Schwarz). Every
+    value the transforms compute is a partial discrete Fourier sum of their input, or the sum of two,
+    so at most twice the input's sum of magnitudes: the spectrum of a line at most ``2A``; the
+    kernel's at most ``2L`` (``L`` coefficients below 2 after the power-of-two rescaling); their
+    product at most ``4AL``; the inverse transform's values, before its ``1/L``, at most
+    ``2 (L/2 + 1) 4AL <= 8AL^2``; the result ``scale`` times its values after ``1/L``. Below the
+    dtype's maximum with a margin of 2 more, nothing overflows, and the result's own pass is skipped.
+    """
+    if not math.isfinite(squares):
+        return False
+    bound = 16.0 * math.sqrt(n * squares) * float(length) ** 2 * max(1.0, scale)
+    return bound < min(torch.finfo(dtype).max, torch.finfo(out_dtype).max)
+
+
+#: The FFT path of :func:`toeplitz_matmul` checks ``x`` by the sum of squares of each block, read
+#: while the block is in cache (:func:`_result_bounded`), when a block holds at least this many
+#: bytes of ``x`` on average; smaller blocks (few channels) are checked by one reduction over each
+#: tensor, where a reduction per block would cost more in calls than it saves in reading.
+FUSED_CHECK_MIN_BYTES = 64 * 2**10
+
+
+def _fused_checks_pay(n_q: int, n: int, channels: int, dtype: torch.dtype, block_bytes: int) -> bool:
+    """Whether a block of the FFT path holds at least :data:`FUSED_CHECK_MIN_BYTES` of ``x`` on average."""
+    length = next_fast_len(n_q + n - 1)
+    itemsize = torch.finfo(dtype).bits // 8
+    ranges = even_ranges(channels, lines_per_block(length, channels, block_bytes, itemsize))
+    return channels * n * itemsize >= FUSED_CHECK_MIN_BYTES * len(ranges)
 
 
 def _pow2_scale(x: torch.Tensor) -> torch.Tensor:

@@ -265,9 +265,9 @@ def space_claims(picks: Mapping[str, Mapping[int, str]], retrained: Mapping[str,
     ground truth: every supernet seed's pick scored by every ground-truth training seed, a
     crossed design whose interval carries both spreads (:func:`compare_crossed`):
     ``pt_beats_magnitude``, ``pt_fixed_beats_magnitude``, ``pt_fixed_vs_pt`` and
-    ``<selector>_beats_random`` (the mean of the architectures whose runs converged, per
-    training seed). Elsewhere from the picks retrained in the supernet job, paired per seed and
-    gated on the retraining's convergence.
+    ``<selector>_beats_random`` (the mean of every architecture of the space, per training seed);
+    a pick with a ground-truth run still learning is left out. Elsewhere from the picks retrained
+    in the supernet job, paired per seed and gated by the retraining's state.
     """
     claims: dict = {}
     state = {(r["variant"], r["seed"]): super_state(r) for r in supers}
