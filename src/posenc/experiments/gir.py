@@ -17,6 +17,7 @@ convergence gate like every other, and its numbers are not the paper's protocol.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -233,17 +234,32 @@ TIE_TOL = 0.005
 #: "Fusion beats both branches" needs a margin above the better branch (AUC).
 FUSION_MARGIN = 0.005
 #: The convergence gate (:mod:`posenc.experiments.gate`). The claims read the test AUC at the best
-#: validation epoch, so the gate reads the best-so-far validation AUC: a run has converged when its
-#: best validation AUC rose by at most 0.02 during the last third of training (P-GNN's validation
-#: AUC jumps with its resampled anchors, so a line through the raw tail would read noise as
-#: learning); it failed to learn when its raw validation AUC over that third averages within 0.05 of
-#: chance (0.5, a random scorer's AUC).
-GATE = Gate("validation ROC AUC (best so far)", chance=0.5, learned=0.05, tol=0.02, running_best=True)
+#: validation epoch (the model the validation set selects), so the gate reads the best-so-far
+#: validation AUC, for the plateau and for chance alike: a run has converged when its best validation
+#: AUC rose by at most 0.02 during the last third of training (P-GNN's validation AUC jumps with its
+#: resampled anchors, so a line through the raw tail would read noise as learning); it failed to
+#: learn when its best validation AUC stays within 0.1 of chance (0.5, a random scorer's AUC; a
+#: chance-level model's evaluations scatter by up to ~0.1 on these validation sets, and one lucky
+#: evaluation is not learning). A model whose validation AUC peaked and then fell back has learned
+#: what the claim reads (its best epoch), not failed.
+GATE = Gate("validation ROC AUC (best so far)", chance=0.5, learned=0.1, tol=0.02, running_best=True)
+
+
+def best_so_far(curve: list) -> list[list[float]]:
+    """``[[epoch, best validation AUC up to that evaluation], ...]`` of a run's ``curve``."""
+    out: list[list[float]] = []
+    best = None
+    for point in curve:
+        v = point[1]
+        if v is not None and math.isfinite(v):
+            best = v if best is None else max(best, v)
+        out.append([point[0], best])
+    return out
 
 
 def run_state(result: dict) -> str:
-    """The gate's reading of a run (:data:`GATE` on its validation curve)."""
-    return GATE.read([[point[0], point[1]] for point in result.get("curve", [])])
+    """The gate's reading of a run (:data:`GATE` on its best-so-far validation curve)."""
+    return GATE.read(best_so_far(result.get("curve", [])))
 
 
 #: Rounds of the unrestricted "indication" variant in the experiments (its cost is K*n*H per round).
