@@ -242,3 +242,20 @@ def test_the_attention_page_puts_the_main_classes_first_then_functions_then_inte
     first_function = min(order.index(n) for n in order if not isinstance(getattr(A, n), type))
     assert all(isinstance(getattr(A, n), type) for n in order[:first_function])
     assert order.index("kernelized_attention") < order.index("DecayDecoder") < order.index("toeplitz_matmul")
+
+
+@pytest.mark.slow
+def test_collapsed_sections_render_their_markdown(built_site):
+    # the results page's full-profile reports and the guides' history sections are Markdown inside
+    # <details>: each renders (tables as <table>, no pipe-table source left as text)
+    checked = 0
+    for page in ("results", "cape", "lff", "krpe", "graph", "relative", "search"):
+        html = (built_site / f"{page}.html").read_text(encoding="utf-8")
+        sections = re.findall(r"<details\b.*?</details>", html, flags=re.DOTALL)
+        assert sections, f"{page}.html has no collapsed section: this test no longer reads it"
+        for section in sections:
+            assert "<summary>" in section, page
+            assert "|---|" not in section and not re.search(r"^\s*\*\*[^*]+\*\*", _text(section), re.MULTILINE), \
+                f"{page}.html shows the Markdown of a collapsed section as text"
+            checked += "<table>" in section
+    assert checked >= 7

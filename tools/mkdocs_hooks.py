@@ -5,6 +5,10 @@ each other by relative ``.html`` paths (``use_directory_urls: false``). Two thin
 
 * a sitemap needs absolute URLs, and without ``site_url`` mkdocs writes one of bare paths:
   :func:`on_post_build` removes ``sitemap.xml`` and ``sitemap.xml.gz`` rather than ship it;
+* the guides and the results page keep earlier results and full reports in collapsed
+  ``<details>`` sections written in Markdown, which GitHub renders but Python-Markdown leaves as
+  raw text: :func:`on_page_markdown` marks each ``<details>`` with ``markdown="1"`` so that
+  ``md_in_html`` renders its tables and lists;
 * the theme's search runs in a web worker that a page opened from ``file://`` may not start,
   and then says "Initializing search" forever: :func:`on_post_page` adds a script that, only
   on a ``file://`` page, says instead that search needs the site served over HTTP and how
@@ -14,6 +18,7 @@ each other by relative ``.html`` paths (``use_directory_urls: false``). Two thin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 #: The text shown in the search box and its result area on a page opened from disk.
@@ -39,6 +44,15 @@ FILE_SEARCH_SCRIPT = """<script>
   document.addEventListener("input", function () { setTimeout(tell, 0); });
 })();
 </script>""" % json.dumps(FILE_SEARCH_NOTE)
+
+
+#: A ``<details>`` opening tag without attributes, at the start of a line.
+_DETAILS = re.compile(r"^<details>", re.MULTILINE)
+
+
+def on_page_markdown(markdown: str, *, page, config, files) -> str:
+    """Let ``md_in_html`` render the Markdown inside each ``<details>`` section."""
+    return _DETAILS.sub('<details markdown="1">', markdown)
 
 
 def on_post_page(output: str, *, page, config) -> str:
