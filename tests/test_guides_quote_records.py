@@ -7,8 +7,9 @@ and the compute each full profile took. Each test below finds those quotes in a 
 numbers of earlier code, left out) and looks them
 up in the section's saved records, ``docs/data/<section>.json`` (quick profile) and
 ``docs/data/full/<section>.json`` (full profile): a quote that no comparison of either record has,
-rounded as quoted, fails here. The README's totals for ``make demo`` are recomputed from the quick
-records the same way.
+rounded as quoted, fails here. The tables of the full profiles' accuracies in the cape, krpe, graph
+and relative guides are compared with the records cell by cell, and the README's totals for
+``make demo`` are recomputed from the quick records.
 """
 
 from __future__ import annotations
@@ -113,3 +114,80 @@ def test_readme_totals_are_the_quick_records():
         m = re.search(rf"\b{section} ([\d,]+) s\b", readme)
         assert m, f"README.md does not state the CPU time of {section}'s full profile"
         assert int(m.group(1).replace(",", "")) == round(record["compute_seconds"]), section
+
+
+def table_after(guide: str, anchor: str) -> list[list[str]]:
+    """The cells of the first Markdown table after ``anchor`` in the guide's results (header and
+    separator rows left out)."""
+    body = HISTORY.sub("", (ROOT / "docs" / f"{guide}.md").read_text(encoding="utf-8"))
+    start = body.index(anchor, body.index(MARKER))
+    rows, seen = [], False
+    for line in body[start:].splitlines():
+        if line.startswith("|"):
+            seen = True
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif seen:
+            break
+    assert rows, f"docs/{guide}.md: no table after {anchor!r}"
+    return rows[1:]  # the header row left out
+
+
+def full(section: str) -> dict:
+    return json.loads((DATA / "full" / f"{section}.json").read_text(encoding="utf-8"))["summary"]
+
+
+def agrees(cell: str, value: float) -> bool:
+    """``cell`` (``0.851``, or ``0.851 ± 0.011``: the mean is compared) is ``value`` rounded as quoted."""
+    return quoted(value, cell.split("±")[0].strip(), 1.0)
+
+
+def test_the_cape_guides_full_table_is_the_record():
+    labels = {"no position": "none", "learned table, bicubic": "table", "sinusoids": "sine", "CAPE": "cape",
+              "CAPE without scaling": "cape_noscale", "CAPE, mixed resolutions": "cape_mixed"}
+    table = full("cape")["table"]
+    rows = table_after("cape", "`docs/data/full/cape.json`")
+    assert [r[0] for r in rows] == list(labels)
+    for label, at16, away in rows:
+        v = table[labels[label]]
+        assert agrees(at16, v["accuracy"]["16"]["mean"]) and agrees(away, v["away"]["mean"]), label
+
+
+def test_the_krpe_guides_full_table_is_the_record():
+    train = full("krpe")["train"]
+    rows = table_after("krpe", "`docs/data/full/krpe.json`")
+    variants = ["performer_raw", "norm_nope", "norm_rpe", "softmax_rpe"]
+    assert [r[0].split()[0] for r in rows] == ["copy", "recall"]
+    for row in rows:
+        for variant, cell in zip(variants, row[1:], strict=True):
+            v = train[row[0].split()[0]][variant]["accuracy"]
+            assert agrees(cell, v["mean"]) and quoted(v["std"], cell.split("±")[1].strip(), 1.0), (row[0], variant)
+
+
+def test_the_graph_guides_full_table_is_the_record():
+    settings = ["communities-link-I", "communities-link-T", "communities-pair-I", "grid-link-I", "grid-link-T"]
+    models = {"GCN": "gcn", "P-GNN-E": "pgnn-e", "GIR": "gir"}
+    table = full("gir")["table"]
+    rows = table_after("graph", "`docs/data/full/gir.json`")
+    assert [r[0] for r in rows] == list(models)
+    for row in rows:
+        for setting, cell in zip(settings, row[1:], strict=True):
+            v = table[setting][models[row[0]]]
+            assert agrees(cell, v["mean"]) and quoted(v["std"], cell.split("±")[1].strip(), 1.0), (row[0], setting)
+
+
+def test_the_relative_guides_full_table_is_the_record():
+    labels = {"none": "none", "sinusoidal": "sinusoidal", "learned table": "table", "CAPE": "cape",
+              "CAPE, no global shift": "cape_noshift", "CAPE, scaling": "cape_scale", "RoPE": "rope",
+              "RoPE + linear": "rope+linear", "RoPE + NTK": "rope+ntk", "RoPE + YaRN": "rope+yarn", "xPos": "xpos",
+              "ALiBi": "alibi", "T5 buckets": "t5", "learned offsets": "learned", "FFT-RPE": "fft_rpe",
+              "decay RPE": "decay_rpe"}
+    table = full("relative")["table"]
+    rows = table_after("relative", "`docs/data/full/relative.json`")
+    assert [r[0] for r in rows] == list(labels)
+    for row in rows:
+        for i, task in enumerate(("shift", "recent", "first")):
+            v = table[task][labels[row[0]]]
+            at_l, beyond = row[1 + 2 * i], row[2 + 2 * i]
+            assert agrees(at_l, v["accuracy"]["16"]["mean"]) and agrees(beyond, v["extrapolation"]["mean"]), (row[0], task)
