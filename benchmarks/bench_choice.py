@@ -26,6 +26,7 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -68,22 +69,25 @@ def _selector(task: dict, seed: int, selector: str, length: dict) -> dict[str, A
     return out
 
 
-def task_seed(name: str, seed: int, quick: bool = False) -> dict[str, Any]:
-    """Ground truth and every selector on one task and seed (one thread).
-
-    With ``$POSENC_BENCH_CACHE`` set, each finished task-seed is kept there as JSON and reused
-    (a stopped run resumes)."""
+def cached(stem: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``compute()``, kept as ``$POSENC_BENCH_CACHE/<stem>.json`` when that variable is set and
+    reused from there (a stopped run resumes)."""
     cache = os.environ.get("POSENC_BENCH_CACHE")
-    path = Path(cache) / f"{name}.{seed}{'.quick' if quick else ''}.json" if cache else None
+    path = Path(cache) / f"{stem}.json" if cache else None
     if path is not None and path.exists():
         return json.loads(path.read_text())
-    out = _task_seed(name, seed, quick)
+    out = compute()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(out))
         tmp.replace(path)
     return out
+
+
+def task_seed(name: str, seed: int, quick: bool = False) -> dict[str, Any]:
+    """Ground truth and every selector on one task and seed (one thread), cached (:func:`cached`)."""
+    return cached(f"{name}.{seed}{'.quick' if quick else ''}", lambda: _task_seed(name, seed, quick))
 
 
 def _task_seed(name: str, seed: int, quick: bool) -> dict[str, Any]:
@@ -170,24 +174,29 @@ def summarise(units: list[dict[str, Any]]) -> dict[str, Any]:
             "race_model_equals_its_standalone_training": all(race_match) if race_match else None}
 
 
+def run_units(fn: Callable[[str, int, bool], dict], jobs: list[tuple[str, int]],
+              quick: bool) -> tuple[list[dict], int, float | None]:
+    """``fn(task, seed, quick)`` for every job, in ``$POSENC_BENCH_WORKERS`` processes (one thread
+    each); the results, the number of workers and, with one worker, the CPU time it took."""
+    workers = int(os.environ.get("POSENC_BENCH_WORKERS", "1"))
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            return list(pool.map(fn, [t for t, _ in jobs], [s for _, s in jobs], [quick] * len(jobs))), workers, None
+    threads = torch.get_num_threads()
+    c0 = time.process_time()
+    try:
+        units = [fn(t, s, quick) for t, s in jobs]
+    finally:
+        torch.set_num_threads(threads)
+    return units, workers, time.process_time() - c0
+
+
 def run(quick: bool = False, *, tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None) -> dict:
     tasks = tasks or (QUICK["tasks"] if quick else tuple(TASKS))
     seeds = seeds or (QUICK["seeds"] if quick else SEEDS)
     jobs = [(t, s) for s in seeds for t in tasks]  # seed-major: a stopped run still covers every task
-    workers = int(os.environ.get("POSENC_BENCH_WORKERS", "1"))
     load_before = os.getloadavg()
-    c0 = time.process_time()
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            units = list(pool.map(task_seed, [t for t, _ in jobs], [s for _, s in jobs], [quick] * len(jobs)))
-        cpu = None
-    else:
-        threads = torch.get_num_threads()
-        try:
-            units = [task_seed(t, s, quick) for t, s in jobs]
-        finally:
-            torch.set_num_threads(threads)
-        cpu = time.process_time() - c0
+    units, workers, cpu = run_units(task_seed, jobs, quick)
     unit_cpu = sum(g["cpu_s"] for u in units for g in [*u["ground_truth"].values(), *u["selectors"].values()])
     return {"budget": BUDGET, "candidates": list(CANDIDATES), "units_cpu_s": unit_cpu, "selectors": list(CHOICE_SELECTORS),
             "default": DEFAULT_CHOICE_SELECTOR, "recipe": RECIPE, "seeds": list(seeds),

@@ -426,6 +426,12 @@ def choice(r: dict) -> str:
     return choice_markdown(r)
 
 
+def optuna(r: dict) -> str:
+    from benchmarks.bench_optuna import markdown as optuna_markdown
+
+    return optuna_markdown(r)
+
+
 def scale(r: dict) -> str:
     from benchmarks.bench_scale import markdown as scale_markdown
 
@@ -433,7 +439,8 @@ def scale(r: dict) -> str:
 
 
 FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search,
-              "cape": cape, "scale": scale, "rope": rope, "choice": choice}
+              "cape": cape, "scale": scale, "rope": rope, "choice": choice,
+              "optuna": optuna}
 
 FORMATTERS["defaults"] = defaults
 
