@@ -40,9 +40,10 @@ import torch
 from benchmarks.bench_choice import BUDGET, QUICK, _pick_by_val, _selector, _standalone, cached, run_units, t_interval
 from benchmarks.choice_tasks import CANDIDATES, RECIPE, SEEDS, TASKS, build_model, load_task
 from posenc.search import evaluate, mixed_ops, train_network
+from posenc.search.choose import EVAL_COST
 
 #: Evaluation batch size of ``evaluate`` (its default), for the cost of a validation pass.
-EVAL_BATCH = 64
+EVAL_BATCH: int = inspect.signature(evaluate).parameters["batch_size"].default
 POLICIES = ("race (choose_encoding)", "Optuna successive halving", "train all, pick by validation")
 
 
@@ -111,7 +112,7 @@ def _task_seed(name: str, seed: int, quick: bool) -> dict[str, Any]:
     c0 = time.process_time()
     pick = optuna_choose(task, seed, length, rung, log)
     cpu = time.process_time() - c0
-    steps = sum(r["steps"] + r["evals"] * _val_batches(task) / 3 for r in log.values())
+    steps = sum(r["steps"] + r["evals"] * _val_batches(task) * EVAL_COST for r in log.values())
     same = all(abs(r["val_accuracy"] - gt[c]["val_accuracy"]) < 1e-12 for c, r in log.items() if r.get("completed"))
     return {"task": name, "seed": seed, "ground_truth": gt, "race": race,
             "optuna": {"choice": pick, "steps": steps, "step_ratio": steps / total, "cpu_s": cpu, "trials": log,
