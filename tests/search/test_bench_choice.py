@@ -11,6 +11,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_choice, choice_tasks, tables  # noqa: E402
+from posenc.search.choose import HOLD_LIMIT  # noqa: E402
 
 
 @pytest.mark.slow
@@ -22,7 +23,9 @@ def test_tiny_run_and_its_table():
         assert p["task_seeds"] == 1 and 0 <= p["within_1_point"] <= 1 and p["mean_regret"] >= 0
     assert s["policies"]["train all, pick by validation"]["step_ratio"] == pytest.approx(4.0)
     for sel in r["selectors"]:
-        assert s["policies"][sel]["step_ratio_max"] <= 2.0 + 1e-9
+        # a race that holds its cuts while no candidate has learned may spend up to HOLD_LIMIT times the budget
+        limit = HOLD_LIMIT * 2.0 if sel == "race" else 2.0
+        assert s["policies"][sel]["step_ratio_max"] <= limit + 1e-9
     assert s["race_model_equals_its_standalone_training"] is True
     text = tables.choice(r)
     assert "within 1 point" in text and "vs train all + pick" in text and "| wine | tabular set |" in text

@@ -6,7 +6,8 @@ training, and two ways to read an architecture off a trained supernet: the magni
 Architecture Selection in Differentiable NAS", ICLR 2021), with the defaults of the authors'
 code. Any ``nn.Module`` holding :class:`MixedOp` edges is a supernet; :class:`EncodingSearch`
 searches the position encoding of a user's own transformer (:func:`choose_encoding` picks it
-in one call, within a training budget) and :func:`apply_selection` turns
+in one call, within a training budget, also across families for a plain model built from
+standard parts: additive, CAPE, rotary, bias and kernelized; :func:`with_encoding`) and :func:`apply_selection` turns
 a discretised supernet into a plain network. Search spaces: NAS-Bench-201-like and DARTS
 cells for small images (stacked, with normal and reduction cells), the RobustDARTS spaces
 S1-S4, and a positional-encoding space over the transformer testbed.
@@ -17,6 +18,14 @@ from posenc.search.batches import Batches, check_data
 from posenc.search.choose import CHOICE_SELECTORS, DEFAULT_CHOICE_SELECTOR, choose_encoding, race_plan
 from posenc.search.darts import ROBUST_DARTS, DartsCell, DartsNet, robust_darts_ops
 from posenc.search.encoding import ENCODING_CANDIDATES, AddEncoding, EncodingSearch
+from posenc.search.families import (
+    ATTENTION_CANDIDATES,
+    FAMILY_CANDIDATES,
+    Candidate,
+    SequenceEncoding,
+    parse_candidate,
+    with_encoding,
+)
 from posenc.search.mixed import ALPHA_INITS, MixedOp, PrunedEdge
 from posenc.search.nb201 import NB201Cell, NB201MicroNet
 from posenc.search.ops import (
@@ -70,6 +79,7 @@ from posenc.search.tuning import SCHEDULES, Finetune, make_finetune, tuning_epoc
 
 __all__ = [
     "ALPHA_INITS",
+    "ATTENTION_CANDIDATES",
     "ALPHA_TRAVEL",
     "BN_MODES",
     "CHOICE_SELECTORS",
@@ -80,6 +90,7 @@ __all__ = [
     "CRITERIA",
     "DARTS_OPS",
     "ENCODING_CANDIDATES",
+    "FAMILY_CANDIDATES",
     "NB201_OPS",
     "OPS",
     "PARAMETER_FREE",
@@ -94,6 +105,7 @@ __all__ = [
     "TIES",
     "AddEncoding",
     "Batches",
+    "Candidate",
     "DartsCell",
     "DartsNet",
     "EncodingSearch",
@@ -107,6 +119,7 @@ __all__ = [
     "PrunedEdge",
     "ReLUConvBN",
     "Selection",
+    "SequenceEncoding",
     "SepConv",
     "Zero",
     "alpha_lr",
@@ -127,6 +140,7 @@ __all__ = [
     "make_finetune",
     "make_op",
     "mixed_ops",
+    "parse_candidate",
     "perturbation_select",
     "race_plan",
     "robust_darts_ops",
@@ -137,4 +151,5 @@ __all__ = [
     "train_network",
     "tuning_epochs",
     "weight_parameters",
+    "with_encoding",
 ]

@@ -68,8 +68,10 @@ class Batches:
         self.name = name
         self.pair: tuple[torch.Tensor, torch.Tensor] | None = None
         self.iterable: Iterable | None = None
+        #: where every batch is moved as it is drawn (None: left where it is)
+        self.device: torch.device | None = None
         if isinstance(data, Batches):  # already checked: keep its data
-            self.pair, self.iterable = data.pair, data.iterable
+            self.pair, self.iterable, self.device = data.pair, data.iterable, data.device
         elif is_pair(data):
             self.pair = check_data(name, data)
         elif isinstance(data, (torch.Tensor, str, bytes)) or not isinstance(data, Iterable):
@@ -106,8 +108,17 @@ class Batches:
                             f"got {type(batch).__name__}")
         return _check_pair(f"{self.name} (batch {k})", batch[0], batch[1])
 
+    def _moved(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.device is None:
+            return xb, yb
+        return xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+
     def epoch(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One pass in fixed order (the iterable's own order)."""
+        """One pass in fixed order (the iterable's own order), each batch on :attr:`device`."""
+        for xb, yb in self._epoch(batch_size):
+            yield self._moved(xb, yb)
+
+    def _epoch(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self.pair is not None:
             x, y = self.pair
             for start in range(0, x.shape[0], batch_size):
@@ -129,6 +140,6 @@ class Batches:
                 perm = torch.randperm(n, generator=generator)
                 for start in range(0, n, batch_size):
                     idx = perm[start:start + batch_size]
-                    yield x[idx], y[idx]
+                    yield self._moved(x[idx], y[idx])
         while True:
             yield from self.epoch(batch_size)

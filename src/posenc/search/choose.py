@@ -13,6 +13,12 @@ deterministic. Selectors (:data:`CHOICE_SELECTORS`):
   finishes the whole training, so the model comes back trained with the chosen encoding
   exactly as a stand-alone training would leave it. The rungs are spaced by 2 and scaled
   to fill the budget (4 candidates at budget 2: rungs at 1/4, 1/2 and 1 of the training).
+  A rung where no candidate has learned anything yet (with the default cross-entropy: every
+  validation loss within :data:`LEARNED_MARGIN`, 2 %, of the loss of the best constant
+  prediction, the entropy of the validation labels) ranks noise, so its cut is held: every
+  candidate goes on to the next rung, as long as the race, run to its end, spends at most
+  :data:`HOLD_LIMIT` (2) times the budget. A slow starter is then not cut before it starts.
+  The cut before the last rung is always made. Ties go to the earlier-listed candidate.
 * ``'pt'`` — perturbation on a supernet with ``alpha`` fixed (DARTS-PT's "PT with fixed
   alpha", adapted to a choice of encodings): the supernet trains with every candidate at
   equal weight for the budget; then each candidate is scored by keeping it alone (the
@@ -38,6 +44,8 @@ import contextlib
 import copy
 import itertools
 import math
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -47,6 +55,7 @@ from posenc._checks import check_choice, check_positive_float, check_positive_in
 from posenc._resources import check_footprint, format_bytes
 from posenc.search.batches import Batches, Data
 from posenc.search.encoding import EncodingSearch
+from posenc.search.families import _attention_layers, _set_submodule, parse_candidate, probe_slot, with_encoding
 from posenc.search.mixed import MixedOp
 from posenc.search.selection import Selection, decided_error
 from posenc.search.supernet import (
@@ -78,6 +87,12 @@ RECIPE_KEYS: tuple[str, ...] = ("steps", "epochs", "batch_size", "optimizer", "l
 MAX_RACE = 64
 #: An evaluation batch (a forward pass) costs this share of a training step.
 EVAL_COST = 1.0 / 3.0
+#: A candidate has learned something once its validation loss (the default cross-entropy) is this share
+#: below the loss of the best constant prediction (the entropy of the validation labels); a race does
+#: not cut at a rung where none has (see :func:`choose_encoding`).
+LEARNED_MARGIN = 0.02
+#: A race that holds its cuts while no candidate has learned spends at most this many times its budget.
+HOLD_LIMIT = 2.0
 #: ``state_dict`` key of a module's extra state (a :class:`~posenc.search.MixedOp`'s decision), after its prefix.
 _EXTRA_STATE = "_extra_state"
 
@@ -108,12 +123,15 @@ def _score(model: nn.Module, val: Batches, batch_size: int, loss_fn: LossFn | No
     model.eval()
     fn = loss_fn or _default_loss
     loss, correct, n, batches = 0.0, 0.0, 0, 0
+    counts: torch.Tensor | None = None
     try:
         with torch.inference_mode():
             for xb, yb in val.epoch(batch_size):
                 out = model(xb)
                 if loss_fn is None:
                     check_targets(val.name, out, yb)
+                    c = torch.bincount(yb.reshape(-1).cpu(), minlength=out.shape[1]).double()
+                    counts = c if counts is None or counts.shape != c.shape else counts + c
                 loss += float(fn(out, yb)) * xb.shape[0]
                 if out.dim() >= 2 and not yb.is_floating_point() and out.shape[:1] == yb.shape[:1]:
                     correct += float((out.argmax(-1) == yb).sum())
@@ -126,8 +144,20 @@ def _score(model: nn.Module, val: Batches, batch_size: int, loss_fn: LossFn | No
     acc = correct / n
     # Agresti-Coull: the standard error of a proportion that stays > 0 when every example is right
     p = (correct + 2.0) / (n + 4.0)
-    return {"accuracy": acc, "loss": loss / n, "uncertainty": math.sqrt(p * (1 - p) / (n + 4.0)),
-            "examples": n, "batches": batches}
+    out = {"accuracy": acc, "loss": loss / n, "uncertainty": math.sqrt(p * (1 - p) / (n + 4.0)),
+           "examples": n, "batches": batches}
+    if counts is not None and float(counts.sum()) > 0:  # the loss of the best constant prediction: the labels' entropy
+        q = counts[counts > 0] / counts.sum()
+        out["constant_loss"] = float(-(q * q.log()).sum())
+    return out
+
+
+def _learned(s: dict[str, float]) -> bool | None:
+    """Whether a candidate's validation loss is at least :data:`LEARNED_MARGIN` below the loss of the best
+    constant prediction (None: unknown, for a loss of the user's own)."""
+    if "constant_loss" not in s:
+        return None
+    return s["loss"] < (1.0 - LEARNED_MARGIN) * s["constant_loss"]
 
 
 def _better(a: dict[str, float], b: dict[str, float] | None, criterion: str) -> bool:
@@ -321,24 +351,178 @@ def _check_model(model: nn.Module) -> dict[str, EncodingSearch]:
     return todo  # type: ignore[return-value]
 
 
+def _check_candidates(model: nn.Module, candidates: Any, selector: str) -> list[str]:
+    if selector != "race":
+        raise ValueError(f"candidates= (a plain model's encodings across families) takes selector='race', got "
+                         f"{selector!r}: 'pt' and 'magnitude' need the candidates in one supernet (EncodingSearch)")
+    if isinstance(candidates, str) or not isinstance(candidates, Sequence) or not candidates:
+        raise ValueError(f"candidates must be a non-empty list of encodings such as ['none', 'sinusoidal', 'rope'], "
+                         f"got {candidates!r}")
+    names = [parse_candidate(c).name for c in candidates]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"candidates: {dup} listed more than once")
+    if len(names) > MAX_RACE:
+        raise ValueError(f"candidates: a race takes at most {MAX_RACE}, got {len(names)}")
+    undecided = [n for n, e in model.named_modules() if isinstance(e, MixedOp) and e.undecided]
+    if undecided:
+        raise ValueError(f"model has undecided searchable layers {undecided[:3]}: with candidates= give the plain "
+                         "model (or leave candidates out to search its EncodingSearch layers)")
+    return names
+
+
+def _batch_device(model: nn.Module, device: Any) -> torch.device | None:
+    """Where batches go: ``device``, else the model's one parameter device (None: several, or none)."""
+    if device is not None:
+        try:
+            return torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
+    devices = {p.device for p in model.parameters()}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _first_targets(data: Batches, batch_size: int) -> torch.Tensor | None:
+    try:
+        return next(iter(data.epoch(batch_size)))[1]
+    except (StopIteration, TypeError, ValueError):  # the data's own errors are reported where it is trained
+        return None
+
+
+def _float_targets(data: Batches, batch_size: int) -> bool:
+    y = _first_targets(data, batch_size)
+    return y is not None and y.is_floating_point()
+
+
+def _auto_criterion(data: Batches, batch_size: int) -> str:
+    return "loss" if _float_targets(data, batch_size) else "accuracy"
+
+
+def _reporter(callback: Callable[[dict[str, Any]], Any] | None, progress: bool) -> Callable[[dict, str, str], None]:
+    def report(decision: dict[str, Any], where: str, criterion: str) -> None:
+        if progress:
+            scores = ", ".join(f"{k} {v:.4g}" for k, v in decision["scores"].items())
+            print(f"choose_encoding: {where}: {criterion} {scores}", file=sys.stderr, flush=True)
+        if callback is not None:
+            callback(dict(decision))
+    return report
+
+
+def _family_spec(model: nn.Module, names: list[str], encoding_at: str | None, max_len: int | None, seed: int,
+                 train_b: Batches, val_b: Batches, batch_size: int) -> dict[str, Any]:
+    """The arguments of :func:`with_encoding` shared by every candidate, checked on the model before any copy."""
+    parsed = [parse_candidate(n) for n in names]
+    additive = [c.name for c in parsed if c.additive != "none"]
+    dim = None
+    if additive or encoding_at is not None:
+        if encoding_at is None:
+            raise ValueError(f"candidates {additive} add an encoding to the tokens: name the submodule where the model "
+                             "adds positions with encoding_at= (an nn.Identity() there is enough)")
+        if not isinstance(encoding_at, str) or not encoding_at:
+            raise TypeError(f"encoding_at must be the dotted name of a submodule, got {encoding_at!r}")
+        try:
+            model.get_submodule(encoding_at)
+        except AttributeError:
+            raise ValueError(f"encoding_at={encoding_at!r}: {type(model).__name__} has no such submodule") from None
+        probes = []  # the first batch of train and every batch of val (where a longer sequence tests extrapolation)
+        with contextlib.suppress(StopIteration, TypeError, ValueError):
+            probes.append(next(iter(train_b.epoch(batch_size)))[0])
+        with contextlib.suppress(TypeError, ValueError):
+            probes.extend(xb for xb, _ in val_b.epoch(batch_size))
+        dim, seen = probe_slot(model, encoding_at, probes)
+        if max_len is None:
+            max_len = seen
+        else:
+            check_positive_int("max_len", max_len)
+            if max_len < seen:
+                raise ValueError(f"max_len={max_len} is shorter than the {seen} tokens encoding_at={encoding_at!r} "
+                                 "sees on the first batch of train and the batches of val")
+    if any(c.attention for c in parsed) and not _attention_layers(model):
+        raise ValueError(f"candidates {[c.name for c in parsed if c.attention]} replace the model's "
+                         f"nn.MultiheadAttention layers, and {type(model).__name__} has none")
+    spec = {"encoding_at": encoding_at, "max_len": max_len, "dim": dim, "seed": seed}
+    return {"names": names, "families": {c.name: c.family for c in parsed}, **spec}
+
+
+def _race_family(model, spec, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, sel,
+                 report) -> float:
+    names = spec["names"]
+    kw = {k: spec[k] for k in ("encoding_at", "max_len", "dim", "seed")}
+
+    def build(entry: tuple) -> nn.Module:
+        return with_encoding(copy.deepcopy(model), entry[0], **kw)
+
+    entries = [(n,) for n in names]
+    winner, runs, records, spent = _run_race(model, entries, build, train_b, val_b, rec, total, per_epoch, budget,
+                                             eval_steps, seed, criterion, sel, report)
+    best = runs[winner].model
+    paths = [p for p, _ in _attention_layers(model)] if parse_candidate(winner[0]).attention else []
+    if spec["encoding_at"] is not None:
+        paths.append(spec["encoding_at"])
+    for path in paths:  # the winner's modules (trained) take the plain ones' places, then every other weight
+        _set_submodule(model, path, best.get_submodule(path))
+    model.load_state_dict(best.state_dict())
+    sel.choices["encoding"] = winner[0]
+    sel.candidates = {"encoding": {e[0]: {**records[e], "family": spec["families"][e[0]]} for e in entries}}
+    sel.rebuild = {"candidate": winner[0], **kw}
+    return spent
+
+
 def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float = 2.0,
-                    selector: str = DEFAULT_CHOICE_SELECTOR, criterion: str = "accuracy", seed: int = 0,
+                    selector: str = DEFAULT_CHOICE_SELECTOR, criterion: str = "auto", seed: int = 0,
+                    candidates: Sequence[str] | None = None, encoding_at: str | None = None,
+                    max_len: int | None = None, device: torch.device | str | None = None,
+                    callback: Callable[[dict[str, Any]], Any] | None = None, progress: bool | None = None,
                     **recipe: Any) -> Selection:
     """Pick the position encoding of every undecided :class:`~posenc.search.EncodingSearch` of ``model``.
 
+    Two kinds of model:
+
+    * **a plain model and** ``candidates``: any encodings of :mod:`posenc.search.families`,
+      across the families (``'sinusoidal'``, ``'cape'``, ``'rope'``, ``'alibi'``, ``'t5'``,
+      ``'xpos'``, ``'kernelized'``, ``'rope+learned_table'``, ...). The model is built from
+      standard parts: ``nn.MultiheadAttention`` self-attention layers (replaced for an attention
+      candidate) and, for additive candidates, an ``nn.Identity()`` (or any module) named by
+      ``encoding_at`` where it adds positions to the token features. Only the race takes
+      this kind. The model comes back as the winner, plain (no search layer): its attention
+      layers and ``encoding_at`` replaced by the winner's, trained; ``selection.rebuild``
+      holds the arguments of :func:`~posenc.search.with_encoding` that rebuild it from a fresh
+      plain model (to load its saved ``state_dict``).
+    * **a model holding** :class:`~posenc.search.EncodingSearch` **layers** (no ``candidates``):
+      their own candidates compete.
+
     Args:
-        model: holds one or more ``EncodingSearch`` layers (every other mixed edge decided);
-            left discretised to the choice (:func:`~posenc.search.apply_selection` then gives
-            the plain model). With ``'race'`` its weights are those of the winner's full
-            stand-alone training; with ``'pt'`` / ``'magnitude'`` the supernet's (retrain the
-            choice from scratch: ``EncodingSearch(..., candidates=[name])``).
+        model: a plain model (with ``candidates``) or one holding ``EncodingSearch`` layers
+            (every other mixed edge decided), left discretised to the choice
+            (:func:`~posenc.search.apply_selection` then gives the plain model). With
+            ``'race'`` its weights are those of the winner's full stand-alone training; with
+            ``'pt'`` / ``'magnitude'`` the supernet's (retrain the choice from scratch:
+            ``EncodingSearch(..., candidates=[name])``).
         train, val: ``(inputs, targets)`` pairs or iterables of batches; weights train on
-            ``train``, every score is measured on ``val``.
+            ``train``, every score is measured on ``val``. Batches of any length are fine
+            (one length per batch).
         budget: in units of one stand-alone training of ``model`` with the recipe, counted in
-            training steps (an evaluation batch counts a third of a step).
+            training steps (an evaluation batch counts a third of a step). A race that holds
+            its cuts while no candidate has learned (module docstring) spends up to
+            :data:`HOLD_LIMIT` times it.
         selector: one of :data:`CHOICE_SELECTORS`.
-        criterion: ``'accuracy'`` (ties broken by validation loss) or ``'loss'``.
-        seed: batch order (the weights start from ``model``'s own).
+        criterion: ``'accuracy'`` (ties broken by validation loss), ``'loss'`` or ``'auto'``
+            (default: ``'loss'`` when the first training batch's targets are floating point, a
+            regression, else ``'accuracy'``).
+        seed: batch order (the weights start from ``model``'s own; a candidate's new modules,
+            its encoding and its attention's position parameters, from this seed).
+        candidates: the plain model's candidates (see above); ``None``: the model's
+            ``EncodingSearch`` layers.
+        encoding_at: the dotted name of the submodule where the plain model adds positions
+            (needed by additive candidates).
+        max_len: the longest sequence the additive candidates encode; default: the longest
+            that ``encoding_at`` sees on the first batch of ``train`` and every batch of ``val``
+            (one forward pass each, in eval mode, not counted in the cost).
+        device: where every batch is moved as it is drawn; default: the device of the model's
+            parameters when they are all on one (else the batches stay where they are).
+        callback: called with each decision (a race rung: ``{"rung", "steps", "candidates",
+            "scores", "held"}``) as it is made.
+        progress: print one line per decision to stderr; default: when stderr is a terminal.
         **recipe: :func:`~posenc.search.train_network`'s keywords for one stand-alone training:
             ``epochs`` or ``steps`` (required), ``batch_size`` (64), ``optimizer`` (``'adamw'``),
             ``lr`` (1e-3), ``lr_min`` (1e-5), ``momentum``, ``weight_decay`` (0.05),
@@ -347,10 +531,13 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
 
     Returns:
         a :class:`~posenc.search.Selection` with ``method='choose_encoding:<selector>'``,
-        ``choices``, ``candidates`` (per edge, or per group of edges for a race, and per
-        candidate: ``score``, ``uncertainty``, ``val_loss``, ``val_accuracy``, ``cost`` in
-        steps) and ``cost`` (``steps`` spent, ``standalone_steps``, ``budget_steps``,
-        ``ratio`` = spent / one stand-alone training).
+        ``choices`` (``{"encoding": name}`` with ``candidates=``), ``candidates`` (per edge,
+        or per group of edges for a race, or ``"encoding"``, and per candidate: ``score``,
+        ``uncertainty``, ``val_loss``, ``val_accuracy``, ``cost`` in steps; a race's also
+        ``steps_trained``, ``rungs``, ``learned``, and ``family`` with ``candidates=``),
+        ``decisions`` (every rung), ``cost`` (``steps`` spent, ``standalone_steps``,
+        ``budget_steps``, ``ratio`` = spent / one stand-alone training) and, with
+        ``candidates=``, ``rebuild``. ``print(selection)`` shows it as a table.
 
     A refused call (bad input found before or during training, a divergence) leaves ``model``
     as it was: the selectors train copies (see the module docstring) and write into ``model``
@@ -366,14 +553,33 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
         FootprintError: the copies to train (a ``MemoryError`` and a ``ValueError``) exceed the
             library's memory limit; raised before any copy is made.
     """
-    todo = _check_model(model)
     check_choice("selector", selector, CHOICE_SELECTORS)
-    check_choice("criterion", criterion, ("accuracy", "loss"))
+    family = candidates is not None
+    if family:
+        names = _check_candidates(model, candidates, selector)
+        todo: dict[str, EncodingSearch] = {}
+    else:
+        for arg, value in (("encoding_at", encoding_at), ("max_len", max_len)):
+            if value is not None:
+                raise ValueError(f"{arg} is for a plain model with candidates=; this call has no candidates")
+        todo = _check_model(model)
+    check_choice("criterion", criterion, ("auto", "accuracy", "loss"))
     budget = check_positive_float("budget", budget)
     _check_seed(seed)
     _check_materialised(model)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable(decision) or None, got {type(callback).__name__}")
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
     rec = _recipe(recipe)
     train_b, val_b = Batches("train", train), Batches("val", val)
+    train_b.device = val_b.device = _batch_device(model, device)
+    if criterion == "auto":
+        criterion = _auto_criterion(train_b, rec["batch_size"])
+    elif criterion == "accuracy" and _float_targets(train_b, rec["batch_size"]):
+        raise ValueError("criterion='accuracy' needs class labels, and train's targets are floating point (a "
+                         "regression): use criterion='loss' (or 'auto')")
+    report = _reporter(callback, sys.stderr.isatty() if progress is None else progress)
     total, per_epoch = _steps(train_b, rec.get("steps"), rec.get("epochs"), rec["batch_size"])
     if total < 1:
         raise ValueError(f"one stand-alone training must take at least 1 step, got {total} (epochs/steps)")
@@ -385,13 +591,18 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
     by = f"choose_encoding(selector={selector!r})"
     sel = Selection(f"choose_encoding:{selector}", {}, criterion=criterion)
     try:
-        if selector == "race":
+        if family:
+            spec = _family_spec(model, names, encoding_at, max_len, seed, train_b, val_b, rec["batch_size"])
+            spent = _race_family(model, spec, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed,
+                                 criterion, sel, report)
+        elif selector == "race":
             spent = _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion,
-                          by, sel)
+                          by, sel, report)
         elif selector == "pt":
-            spent = _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel)
+            spent = _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel,
+                        report)
         else:
-            spent = _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel)
+            spent = _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel, report)
     except (RuntimeError, TypeError, ValueError) as err:
         if isinstance(err, MemoryError):
             raise
@@ -404,29 +615,69 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
     return sel
 
 
-def _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, by, sel) -> float:
+def _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, by, sel,
+          report) -> float:
     names = list(todo)
     combos = list(itertools.product(*(todo[n].names for n in names)))
     if len(combos) > MAX_RACE:
         raise ValueError(f"a race over {len(combos)} joint candidates of {len(names)} EncodingSearch layers exceeds "
                          f"{MAX_RACE}; use selector='pt' or fewer candidates")
-    plan = race_plan(len(combos), total, budget, eval_steps)
-    _check_copies(model, len(combos), rec, "race")
-    label = "|".join(names)
-    runs: dict[tuple, _Standalone] = {}
-    for combo in combos:
+
+    def build(combo: tuple) -> nn.Module:
         m = copy.deepcopy(model)
         edges = mixed_ops(m)
         for n, op in zip(names, combo):
             edges[n].discretize(op, by=by)
-        runs[combo] = _Standalone(m, train_b, total, per_epoch, rec, seed)
-    records: dict[tuple, dict[str, Any]] = {c: {"cost": 0.0, "rungs": 0} for c in combos}
-    alive = list(combos)
+        return m
+
+    winner, runs, records, spent = _run_race(model, combos, build, train_b, val_b, rec, total, per_epoch, budget,
+                                             eval_steps, seed, criterion, sel, report)
+    sel.choices.update(zip(names, winner))
+    _commit(model, runs[winner].model, sel.choices, by)
+    sel.candidates = {"|".join(names): {"|".join(c): records[c] for c in combos}}
+    return spent
+
+
+def _run_race(model, entries, build, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion,
+              sel, report):
+    """Successive halving over ``entries`` (tuples of names), each trained alone on ``build(entry)``:
+    ``(winner, runs, records, steps spent)``; every rung goes to ``sel.decisions`` and ``report``.
+
+    A rung where no candidate has learned anything yet (:func:`_learned`: every validation loss
+    within :data:`LEARNED_MARGIN` of the best constant prediction's) ranks noise: its cut is held,
+    and every candidate still in goes on to the next rung, as long as the whole race, run to its end
+    with the candidates held, stays within :data:`HOLD_LIMIT` times the budget. The cut before the
+    last rung (the winner's full training) is always made."""
+    plan = race_plan(len(entries), total, budget, eval_steps)
+    _check_copies(model, len(entries), rec, "race")
+    runs: dict[tuple, _Standalone] = {}
+    for entry in entries:
+        runs[entry] = _Standalone(build(entry), train_b, total, per_epoch, rec, seed)
+    records: dict[tuple, dict[str, Any]] = {c: {"cost": 0.0, "rungs": 0} for c in entries}
+    alive = list(entries)
     spent = 0.0
+    limit = HOLD_LIMIT * budget * total
+
+    def rank(cands: list[tuple]) -> list[tuple]:
+        return sorted(cands, key=lambda c: (-records[c]["val_accuracy"], records[c]["val_loss"])
+                      if criterion == "accuracy" else (records[c]["val_loss"],))
+
+    def rest_cost(k: int, first: int) -> float:
+        """Cost of rungs k.. of the plan with ``first`` candidates at rung k and the plan's counts after it."""
+        cost, before = 0.0, plan[k - 1][1] if k else 0
+        for i in range(k, len(plan)):
+            n = first if i == k else plan[i][0]
+            cost += n * (plan[i][1] - before) + n * eval_steps
+            before = plan[i][1]
+        return cost
+
+    held = False
     for k, (n_keep, reach) in enumerate(plan):
-        if k:  # keep the best n_keep of the previous rung
-            alive = sorted(alive, key=lambda c: (-records[c]["val_accuracy"], records[c]["val_loss"])
-                           if criterion == "accuracy" else (records[c]["val_loss"],))[:n_keep]
+        if k:  # keep the best n_keep of the previous rung, unless that rung is held
+            held = (k < len(plan) - 1 and not any(records[c].get("learned") is not False for c in alive)
+                    and spent + rest_cost(k, len(alive)) <= limit + 1e-9)
+            if not held:
+                alive = rank(alive)[:n_keep]
         for combo in alive:
             trained = runs[combo].advance(reach)
             s = _score(runs[combo].model, val_b, rec["batch_size"], rec["loss_fn"])
@@ -434,18 +685,17 @@ def _race(model, todo, train_b, val_b, rec, total, per_epoch, budget, eval_steps
             spent += cost
             r = records[combo]
             r.update(val_accuracy=s["accuracy"], val_loss=s["loss"], uncertainty=s["uncertainty"],
-                     steps_trained=runs[combo].done, rungs=k + 1, cost=r["cost"] + cost)
+                     steps_trained=runs[combo].done, rungs=k + 1, cost=r["cost"] + cost, learned=_learned(s))
             r["score"] = s["accuracy"] if criterion == "accuracy" else s["loss"]
-        sel.decisions.append({"rung": k + 1, "steps": reach, "candidates": ["|".join(c) for c in alive],
-                              "scores": {"|".join(c): records[c]["score"] for c in alive}})
-    winner = alive[0]
-    sel.choices.update(zip(names, winner))
-    _commit(model, runs[winner].model, sel.choices, by)
-    sel.candidates = {label: {"|".join(c): records[c] for c in combos}}
-    return spent
+        decision = {"rung": k + 1, "steps": reach, "candidates": ["|".join(c) for c in alive],
+                    "scores": {"|".join(c): records[c]["score"] for c in alive}, "held": held}
+        sel.decisions.append(decision)
+        report(decision, f"rung {k + 1}/{len(plan)} at step {reach}/{total}" + (" (cut held: none had learned)"
+                                                                               if held else ""), criterion)
+    return alive[0], runs, records, spent
 
 
-def _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel) -> float:
+def _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, criterion, by, sel, report) -> float:
     evals = sum(len(e.names) for e in todo.values())
     steps = int(math.floor(budget * total - evals * eval_steps))
     if steps < 1:
@@ -475,13 +725,15 @@ def _pt(model, todo, train_b, val_b, rec, total, budget, eval_steps, seed, crite
         edge.discretize(best, by=by)
         sel.choices[name] = best
         sel.candidates[name] = scores
-        sel.decisions.append({"edge": name, "scores": {k: v["score"] for k, v in scores.items()}, "chosen": best,
-                              "supernet_steps": steps})
+        decision = {"edge": name, "scores": {k: v["score"] for k, v in scores.items()}, "chosen": best,
+                    "supernet_steps": steps}
+        sel.decisions.append(decision)
+        report(decision, f"edge {name}", criterion)
     _commit(model, work, sel.choices, by)
     return spent
 
 
-def _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel) -> float:
+def _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel, report) -> float:
     steps = int(math.floor(budget * total / 2))
     if steps < 1:
         raise ValueError(f"budget={budget} is too small for selector 'magnitude' (each step costs 2)")
@@ -501,8 +753,9 @@ def _magnitude(model, todo, train_b, val_b, rec, total, budget, seed, by, sel) -
         sel.choices[name] = best
         sel.candidates[name] = {op: {"score": w[i], "uncertainty": None, "cost": None}
                                 for i, op in enumerate(edge.names)}
-        sel.decisions.append({"edge": name, "scores": dict(zip(edge.names, w)), "chosen": best,
-                              "supernet_steps": steps})
+        decision = {"edge": name, "scores": dict(zip(edge.names, w)), "chosen": best, "supernet_steps": steps}
+        sel.decisions.append(decision)
+        report(decision, f"edge {name}", "alpha")
     _commit(model, work, sel.choices, by)
     return float(hist["passes"])
 

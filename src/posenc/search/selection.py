@@ -62,6 +62,12 @@ class Selection:
             group of edges for a race), per candidate ``{"score", "uncertainty", "cost", ...}``.
         cost: of :func:`~posenc.search.choose_encoding`: ``{"steps", "standalone_steps",
             "budget_steps", "ratio"}``.
+        rebuild: of :func:`~posenc.search.choose_encoding` with ``candidates=``: the keywords of
+            :func:`~posenc.search.with_encoding` that give a fresh plain model the chosen
+            encoding (``with_encoding(MyModel(), **selection.rebuild)``, then load the weights).
+
+    ``print(selection)`` gives a readable summary: the choices, each candidate's scores and
+    cost, and the total cost.
     """
 
     method: str
@@ -71,6 +77,38 @@ class Selection:
     pruned: list[str] = field(default_factory=list)
     candidates: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
+    rebuild: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"{self.method}: " + (", ".join(f"{k} = {v}" for k, v in self.choices.items()) or "no choice")]
+        for group, cands in self.candidates.items():
+            lines.append(f"  {group}:")
+            width = max(len(c) for c in cands) if cands else 0
+            for name, r in cands.items():
+                parts = []
+                if r.get("val_accuracy") is not None:
+                    parts.append(f"val accuracy {r['val_accuracy']:.4f}")
+                if r.get("val_loss") is not None:
+                    parts.append(f"val loss {r['val_loss']:.4f}")
+                if r.get("val_accuracy") is None and r.get("score") is not None:
+                    parts.append(f"score {r['score']:.4f}")
+                if r.get("steps_trained") is not None:
+                    parts.append(f"trained {r['steps_trained']} steps ({r.get('rungs')} rungs)")
+                if r.get("family"):
+                    parts.append(r["family"])
+                mark = "*" if name in self.choices.values() or name == "|".join(self.choices.values()) else " "
+                lines.append(f"  {mark} {name:<{width}}  " + ", ".join(parts))
+        rungs = [d for d in self.decisions if "rung" in d]
+        if rungs:
+            lines.append(f"  rungs ({self.criterion}):")
+            for d in rungs:
+                scores = ", ".join(f"{k} {v:.3f}" for k, v in d["scores"].items())
+                lines.append(f"    {d['rung']} at step {d['steps']}{' (cut held: none had learned)' if d.get('held') else ''}"
+                             f": {scores}")
+        if self.cost:
+            lines.append(f"  cost: {self.cost['steps']:.1f} steps = {self.cost['ratio']:.2f}x one training of "
+                         f"{self.cost['standalone_steps']} steps (budget {self.cost['budget']:g}x)")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""
