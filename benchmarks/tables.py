@@ -432,6 +432,12 @@ def optuna(r: dict) -> str:
     return optuna_markdown(r)
 
 
+def families(r: dict) -> str:
+    from benchmarks.bench_families import markdown as families_markdown
+
+    return families_markdown(r)
+
+
 def scale(r: dict) -> str:
     from benchmarks.bench_scale import markdown as scale_markdown
 
@@ -440,7 +446,7 @@ def scale(r: dict) -> str:
 
 FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search,
               "cape": cape, "scale": scale, "rope": rope, "choice": choice,
-              "optuna": optuna}
+              "optuna": optuna, "families": families}
 
 FORMATTERS["defaults"] = defaults
 

@@ -93,7 +93,8 @@ class Selection:
                 if r.get("val_accuracy") is None and r.get("score") is not None:
                     parts.append(f"score {r['score']:.4f}")
                 if r.get("steps_trained") is not None:
-                    parts.append(f"trained {r['steps_trained']} steps ({r.get('rungs')} rungs)")
+                    n = r.get("rungs")
+                    parts.append(f"trained {r['steps_trained']} steps ({n} rung{'' if n == 1 else 's'})")
                 if r.get("family"):
                     parts.append(r["family"])
                 mark = "*" if name in self.choices.values() or name == "|".join(self.choices.values()) else " "
