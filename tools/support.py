@@ -260,6 +260,7 @@ def _model_cases() -> list[Case]:
 
 def _search_cases() -> list[Case]:
     import posenc.search as S
+    from posenc import create_encoding
 
     def img(c=4, size=8, batch=2):
         return (torch.randn(batch, c, size, size, generator=_g()),)
@@ -281,6 +282,9 @@ def _search_cases() -> list[Case]:
              lambda: (S.AddEncoding(nn.Identity()), (torch.randn(2, 12, 16, generator=_g()),)), note="with nn.Identity"),
         Case("EncodingSearch", S.EncodingSearch,
              lambda: (S.EncodingSearch(16, (3, 4)).eval(), (torch.randn(2, 12, 16, generator=_g()),))),
+        Case("SequenceEncoding", S.SequenceEncoding,
+             lambda: (S.SequenceEncoding(create_encoding("sinusoidal", in_dim=1, num_features=16), 16).eval(),
+                      (torch.randn(2, 12, 16, generator=_g()),)), note='of create_encoding("sinusoidal")'),
         Case("PESearchNet", S.PESearchNet, lambda: (S.PESearchNet(8, 3, dim=16, depth=1, num_heads=2).eval(), img(1))),
     ]
 

@@ -90,3 +90,21 @@ def test_summary_regrets_by_hand(monkeypatch):
     assert s["policies"][bench_families.RACE_LARGER]["mean_regret"] == 0.0
     assert s["tasks"]["a"]["best_minus_none"]["mean"] == pytest.approx(41.0)
     assert s["goal"]["median_cost_at_most_2x"] and not s["goal"]["within_1_point_at_least_85pct"]
+
+
+def test_the_search_guide_shows_the_recorded_benchmark():
+    import json
+    import re
+
+    r = json.loads((ROOT / "benchmarks" / "results" / "families.json").read_text(encoding="utf-8"))
+    assert {u["task"] for u in r["units"]} == set(family_tasks.TASKS) and r["seeds"] == list(family_tasks.SEEDS)
+    guide = (ROOT / "docs" / "search.md").read_text(encoding="utf-8")
+    for line in tables.FORMATTERS["families"](r).strip().splitlines():
+        assert line in guide, f"docs/search.md does not show this line of `python -m benchmarks.tables`: {line}"
+    reading = re.sub(r"\s+", " ", guide[guide.index("### Across families: `python -m benchmarks families`"):])
+    pol = r["summary"]["policies"]
+    race, larger, brute = pol[bench_families.RACE], pol[bench_families.RACE_LARGER], pol[bench_families.BRUTE]
+    assert f"At budget 2 the race loses {race['mean_regret']:.2f} points" in reading
+    assert f"({larger['mean_regret']:.2f} against {brute['mean_regret']:.2f};" in reading
+    assert f"median cost is {race['step_ratio']:.2f}" in reading
+    assert f"at {larger['step_ratio']:.2f} trainings instead of {brute['step_ratio']:.0f}" in reading
