@@ -56,7 +56,7 @@ from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
 from posenc._resources import check_footprint, format_bytes
-from posenc.search.batches import Batches, Data
+from posenc.search.batches import Batches, Data, call_model, logits_of
 from posenc.search.encoding import EncodingSearch
 from posenc.search.families import _attention_layers, _set_submodule, parse_candidate, probe_slot, with_encoding
 from posenc.search.mixed import MixedOp
@@ -130,15 +130,15 @@ def _score(model: nn.Module, val: Batches, batch_size: int, loss_fn: LossFn | No
     try:
         with torch.inference_mode():
             for xb, yb in val.epoch(batch_size):
-                out = model(xb)
+                out = logits_of(call_model(model, xb))
                 if loss_fn is None:
                     check_targets(val.name, out, yb)
                     c = torch.bincount(yb.reshape(-1).cpu(), minlength=out.shape[1]).double()
                     counts = c if counts is None or counts.shape != c.shape else counts + c
-                loss += float(fn(out, yb)) * xb.shape[0]
+                loss += float(fn(out, yb)) * yb.shape[0]
                 if out.dim() >= 2 and not yb.is_floating_point() and out.shape[:1] == yb.shape[:1]:
                     correct += float((out.argmax(-1) == yb).sum())
-                n += xb.shape[0]
+                n += yb.shape[0]
                 batches += 1
     finally:
         model.train(was)
@@ -503,7 +503,9 @@ def choose_encoding(model: nn.Module, train: Data, val: Data, *, budget: float =
             ``EncodingSearch(..., candidates=[name])``).
         train, val: ``(inputs, targets)`` pairs or iterables of batches; weights train on
             ``train``, every score is measured on ``val``. Batches of any length are fine
-            (one length per batch).
+            (one length per batch). ``inputs`` may be a dict of tensors (``model(**inputs)``),
+            and a batch a dict with a ``"labels"`` entry, as Hugging Face collators give them
+            (:mod:`posenc.search.batches`); padded sequences are the model's to mask.
         budget: in units of one stand-alone training of ``model`` with the recipe, counted in
             training steps (an evaluation batch counts a third of a step). A race that holds
             its cuts while no candidate has learned (module docstring) spends up to

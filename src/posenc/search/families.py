@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from posenc._checks import check_positive_int
+from posenc.search.batches import call_model
 
 __all__ = ["ATTENTION_CANDIDATES", "FAMILY_CANDIDATES", "Candidate", "SequenceEncoding", "parse_candidate",
            "probe_slot", "with_encoding"]
@@ -297,7 +298,7 @@ def probe_slot(model: nn.Module, encoding_at: str, batches: Iterable[torch.Tenso
             model.eval()
             for xb in batches:
                 with contextlib.suppress(Exception):  # the race reports the model's own errors on its batches
-                    model(xb)
+                    call_model(model, xb)
     finally:
         handle.remove()
         model.train(was)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
-from posenc.search.batches import Batches, Data, check_data
+from posenc.search.batches import Batches, Data, call_model, check_data, logits_of
 from posenc.search.mixed import MixedOp
 
 __all__ = [
@@ -158,12 +158,12 @@ def evaluate(model: nn.Module, data: Data, batch_size: int = 64, *, loss_fn: Los
     try:
         with torch.inference_mode(), (batch_statistics(model) if bn == "batch" else contextlib.nullcontext()):
             for xb, yb in source.epoch(batch_size):
-                out = model(xb)
+                out = logits_of(call_model(model, xb))
                 if default:
                     check_targets(source.name, out, yb)
-                total_loss += float(loss_fn(out, yb)) * xb.shape[0]
+                total_loss += float(loss_fn(out, yb)) * yb.shape[0]
                 correct += _correct(out, yb)
-                n += xb.shape[0]
+                n += yb.shape[0]
     finally:
         model.train(was_training)
     return total_loss / n, correct / n
@@ -204,7 +204,8 @@ class Loop:
                 if a_opt is not None and self.vb is not None:
                     xb, yb = next(self.vb)
                     a_opt.zero_grad(set_to_none=True)
-                    loss = self._loss(model(xb), yb, self.val.name if self.val is not None else "val")
+                    loss = self._loss(logits_of(call_model(model, xb)), yb,
+                                      self.val.name if self.val is not None else "val")
                     self.passes += 1
                     self._check(loss, step, "validation (alpha step)")
                     # gradients of alpha only: the weights' gradients of this pass are never used
@@ -229,7 +230,7 @@ class Loop:
                         p.grad = None
                         p.requires_grad_(False)
                     try:
-                        loss = self._loss(model(xb), yb, self.train.name)
+                        loss = self._loss(logits_of(call_model(model, xb)), yb, self.train.name)
                         self.passes += 1
                         self._check(loss, step, "training (weight step)")
                         loss.backward()
@@ -415,7 +416,8 @@ def train_darts(model: nn.Module, train: Data, val: Data, *, steps: int | None =
 
     Args:
         model: a supernet (see :func:`mixed_ops`); trained in ``train()`` mode in place.
-        train, val: ``(inputs, targets)`` pairs or iterables of such batches.
+        train, val: ``(inputs, targets)`` pairs or iterables of such batches (inputs a tensor or a
+            dict of tensors; a dict batch with a ``"labels"`` entry: :mod:`posenc.search.batches`).
         steps / epochs: length of the run; give exactly one. An epoch is one pass over
             ``train`` (``ceil(len(train) / batch_size)`` steps); 0 does nothing.
         batch_size: examples per step of an in-memory pair (64, as the authors' code).
@@ -468,7 +470,8 @@ def train_network(model: nn.Module, train: Data, *, steps: int | None = None, ep
 
     Args:
         model: any ``nn.Module`` (mixed edges, if any, keep their ``alpha``).
-        train: ``(inputs, targets)`` or an iterable of such batches.
+        train: ``(inputs, targets)`` or an iterable of such batches (inputs a tensor or a dict of
+            tensors; a dict batch with a ``"labels"`` entry: :mod:`posenc.search.batches`).
         steps / epochs, batch_size, seed, loss_fn, progress: as in :func:`train_darts`.
         lr, lr_min, optimizer, momentum, weight_decay, grad_clip: as in :func:`train_darts`
             (here with the authors' stand-alone defaults whatever the model).
