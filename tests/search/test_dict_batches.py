@@ -173,3 +173,31 @@ def test_a_bad_dict_batch_in_a_loader_is_named_with_its_index():
     with pytest.raises(ValueError, match="train"):
         choose_encoding(m, loader, (x, y), candidates=["none", "learned_table"], encoding_at="pos", steps=4)
     assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())  # a refused call changes nothing
+
+
+class _Flat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e, self.pos, self.h = nn.Linear(3, 8), nn.Identity(), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.h(self.pos(self.e(x).unsqueeze(1).expand(-1, 4, -1)).mean(1))
+
+
+@pytest.mark.parametrize("entries, err, words", [
+    ({"x": torch.randn(16, 3).long()}, RuntimeError, ["'x' shape (16, 3), torch.int64, on cpu", "mat1"]),
+    ({"x": torch.randn(16, 3).half()}, TypeError, ["torch.float32, not ['x']", ".to(torch.float32)"]),
+    ({"z": torch.randn(16, 3)}, TypeError, ["model(**inputs)", "['z']", "unexpected keyword argument 'z'"]),
+])
+def test_a_dict_the_model_cannot_take_is_explained_naming_train(entries, err, words):
+    y = torch.randint(0, 2, (16,))
+    model = _Flat()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(err) as info:
+        choose_encoding(model, {**entries, "labels": y}, (torch.randn(16, 3), y), candidates=["none", "learned_table"],
+                        encoding_at="pos", steps=4)
+    msg = str(info.value)
+    assert msg.startswith("train: ")
+    for w in words:
+        assert w in msg
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

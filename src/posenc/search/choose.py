@@ -48,7 +48,7 @@ import copy
 import itertools
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -309,6 +309,19 @@ def _explain_failure(model: nn.Module, sources: tuple[Batches, ...], batch_size:
             xb, _ = next(iter(src.epoch(batch_size)))
         except Exception:  # the data's own error (an empty or malformed batch) is the original one
             return None
+        if isinstance(xb, Mapping):
+            was = model.training
+            try:
+                with torch.random.fork_rng(devices=cuda), torch.no_grad():
+                    model.eval()
+                    call_model(model, xb)
+            except MemoryError:
+                return None
+            except Exception as err:
+                return _explain_dict(src.name, xb, err, devices, dtypes)
+            finally:
+                model.train(was)
+            continue
         if not isinstance(xb, torch.Tensor):
             return None
         was = model.training
@@ -335,6 +348,32 @@ def _explain_failure(model: nn.Module, sources: tuple[Batches, ...], batch_size:
             return None
         finally:
             model.train(was)
+    return None
+
+
+def _explain_dict(name: str, xb: Mapping[str, torch.Tensor], err: Exception, devices: list[str],
+                  dtypes: list[str]) -> Exception | None:
+    """:func:`_explain_failure` for dict inputs (``model(**inputs)``): the error names the argument and
+    every entry; integer entries (token ids, masks) are legitimate, so only a floating-point entry of
+    another dtype than the model's is blamed on its dtype."""
+    seen = "batch 0's inputs: " + "; ".join(f"{k!r} shape {tuple(v.shape)}, {v.dtype}, on {v.device}"
+                                             for k, v in xb.items())
+    said = f"(the model raised {type(err).__name__}: {err})"
+    away = [k for k, v in xb.items() if devices and str(v.device) not in devices]
+    if away:
+        return ValueError(f"{name}: the model cannot run on its inputs ({seen}): its parameters are on "
+                          f"{', '.join(devices)}, not {away}; move the inputs or the model {said}")
+    other = [k for k, v in xb.items() if v.is_floating_point() and dtypes and str(v.dtype) not in dtypes]
+    if other and isinstance(err, (RuntimeError, TypeError)):
+        return TypeError(f"{name}: the model cannot run on its inputs ({seen}): its parameters are "
+                         f"{', '.join(dtypes)}, not {other}; convert them (.to({dtypes[0]})) {said}")
+    if isinstance(err, TypeError) and ("keyword argument" in str(err) or "required positional" in str(err)):
+        return TypeError(f"{name}: a dict batch is given to the model as keywords, model(**inputs), and its forward "
+                         f"does not take these: {sorted(xb)} {said}; name each entry after an argument of "
+                         "forward (the targets go under 'labels')")
+    for cls in (TypeError, ValueError, RuntimeError):
+        if isinstance(err, cls):
+            return cls(f"{name}: the model cannot run on its inputs ({seen}) {said}")
     return None
 
 
