@@ -89,8 +89,10 @@ def _pick_by_val(gt: dict[str, dict]) -> str:
     return sorted(gt, key=lambda c: (-gt[c]["val_accuracy"], gt[c]["val_loss"]))[0]
 
 
-def summarise(units: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-task means and whether position matters; per policy: within 1 point, regret, cost."""
+def summarise(units: list[dict[str, Any]], candidates: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Per-task means and whether position matters; per policy: within 1 point, regret, cost
+    (``candidates``: those of the units' suite; default this module's)."""
+    CANDIDATES = candidates or globals()["CANDIDATES"]  # noqa: N806
     by_task: dict[str, list[dict]] = {}
     for u in units:
         by_task.setdefault(u["task"], []).append(u)

@@ -438,6 +438,12 @@ def families(r: dict) -> str:
     return families_markdown(r)
 
 
+def graph_families(r: dict) -> str:
+    from benchmarks.bench_graph_families import markdown as graph_families_markdown
+
+    return graph_families_markdown(r)
+
+
 def scale(r: dict) -> str:
     from benchmarks.bench_scale import markdown as scale_markdown
 
@@ -446,7 +452,7 @@ def scale(r: dict) -> str:
 
 FORMATTERS = {"coords": coords, "lff": lff, "graph": graph, "krpe": krpe, "relative": relative, "search": search,
               "cape": cape, "scale": scale, "rope": rope, "choice": choice,
-              "optuna": optuna, "families": families}
+              "optuna": optuna, "families": families, "graph_families": graph_families}
 
 FORMATTERS["defaults"] = defaults
 

@@ -258,6 +258,15 @@ def _model_cases() -> list[Case]:
             Case("SelfAttention", M.SelfAttention, attn), Case("Block", M.Block, block)]
 
 
+def _node_encoding() -> tuple:
+    import posenc.search as S
+
+    enc = S.NodeEncoding("random_walk_pe", 16).eval()
+    ring = torch.arange(12)
+    enc.edge_index = torch.stack([torch.cat([ring, (ring + 1) % 12]), torch.cat([(ring + 1) % 12, ring])])
+    return enc, (torch.randn(12, 16, generator=_g()),)
+
+
 def _search_cases() -> list[Case]:
     import posenc.search as S
     from posenc import create_encoding
@@ -285,6 +294,7 @@ def _search_cases() -> list[Case]:
         Case("SequenceEncoding", S.SequenceEncoding,
              lambda: (S.SequenceEncoding(create_encoding("sinusoidal", in_dim=1, num_features=16), 16).eval(),
                       (torch.randn(2, 12, 16, generator=_g()),)), note='of create_encoding("sinusoidal")'),
+        Case("NodeEncoding", S.NodeEncoding, _node_encoding, note='"random_walk_pe", fed a ring of 12 nodes'),
         Case("PESearchNet", S.PESearchNet, lambda: (S.PESearchNet(8, 3, dim=16, depth=1, num_heads=2).eval(), img(1))),
     ]
 

@@ -132,7 +132,7 @@ def test_targets_are_checked_naming_the_argument_and_range(call):
 
     name = "train" if call == "train_network" else "val"
     with pytest.raises(ValueError, match=rf"{name}: targets must be class indices in \[0, 9\] for the model's 10 "
-                                         r"outputs, got values in \[10, 19\]"):
+                                         r"outputs \(or -100, ignored\), got values in \[10, 19\]"):
         go(bad)
     with pytest.raises(TypeError, match=rf"{name}: targets must be int64 class indices .* got torch.float32"):
         go((x, y.float()))

@@ -7,7 +7,8 @@ Architecture Selection in Differentiable NAS", ICLR 2021), with the defaults of 
 code. Any ``nn.Module`` holding :class:`MixedOp` edges is a supernet; :class:`EncodingSearch`
 searches the position encoding of a user's own transformer (:func:`choose_encoding` picks it
 in one call, within a training budget, also across families for a plain model built from
-standard parts: additive, CAPE, rotary, bias and kernelized; :func:`with_encoding`) and :func:`apply_selection` turns
+standard parts: additive, CAPE, rotary, bias and kernelized, or node encodings of a graph model;
+:func:`with_encoding`) and :func:`apply_selection` turns
 a discretised supernet into a plain network. Search spaces: NAS-Bench-201-like and DARTS
 cells for small images (stacked, with normal and reduction cells), the RobustDARTS spaces
 S1-S4, and a positional-encoding space over the transformer testbed.
@@ -21,11 +22,13 @@ from posenc.search.encoding import ENCODING_CANDIDATES, AddEncoding, EncodingSea
 from posenc.search.families import (
     ATTENTION_CANDIDATES,
     FAMILY_CANDIDATES,
+    NODE_CANDIDATES,
     Candidate,
     SequenceEncoding,
     parse_candidate,
     with_encoding,
 )
+from posenc.search.nodes import GRAPH_CANDIDATES, NodeEncoding, feed_graph, node_split
 from posenc.search.mixed import ALPHA_INITS, MixedOp, PrunedEdge
 from posenc.search.nb201 import NB201Cell, NB201MicroNet
 from posenc.search.ops import (
@@ -91,6 +94,8 @@ __all__ = [
     "DARTS_OPS",
     "ENCODING_CANDIDATES",
     "FAMILY_CANDIDATES",
+    "GRAPH_CANDIDATES",
+    "NODE_CANDIDATES",
     "NB201_OPS",
     "OPS",
     "PARAMETER_FREE",
@@ -114,6 +119,7 @@ __all__ = [
     "MixedOp",
     "NB201Cell",
     "NB201MicroNet",
+    "NodeEncoding",
     "Noise",
     "PESearchNet",
     "PrunedEdge",
@@ -135,11 +141,13 @@ __all__ = [
     "digits_splits",
     "enumerate_architectures",
     "evaluate",
+    "feed_graph",
     "is_darts_space",
     "magnitude_select",
     "make_finetune",
     "make_op",
     "mixed_ops",
+    "node_split",
     "parse_candidate",
     "perturbation_select",
     "race_plan",

@@ -11,7 +11,13 @@ A pair of tensors is split into mini-batches here: shuffled (one permutation per
 last batch smaller, as a ``DataLoader`` with a random sampler and ``drop_last=False``) for
 training, in fixed order for measurements. An iterable is used as it comes: one pass over it
 is one epoch, and its own batch size and order apply (the ``batch_size`` arguments are
-ignored for it).
+ignored for it). Such a batch is used whole, so the entries of its dict inputs may have any
+shape: a graph's ``{"x": (num_nodes, F), "edge_index": (2, E)}`` with node targets is one batch
+(``[(inputs, targets)]``).
+
+Integer targets equal to :data:`IGNORE_INDEX` (-100, the default ``ignore_index`` of
+``torch.nn.functional.cross_entropy`` and the label of Hugging Face's padding) count in no loss
+and no accuracy: the nodes of a graph outside a split, the padding of a token batch.
 """
 
 from __future__ import annotations
@@ -23,13 +29,15 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-__all__ = ["Batches", "Data", "Inputs", "TARGET_KEYS", "call_model", "check_data", "is_pair", "logits_of"]
+__all__ = ["Batches", "Data", "IGNORE_INDEX", "Inputs", "TARGET_KEYS", "call_model", "check_data", "is_pair", "logits_of"]
 
 #: A model's inputs: one tensor (``model(x)``) or a dict of tensors (``model(**x)``).
 Inputs = Union[torch.Tensor, Mapping[str, torch.Tensor]]
 #: ``(inputs, targets)`` with the same first dimension, a dict with a :data:`TARGET_KEYS` entry,
 #: or an iterable of either.
 Data = Union[tuple[Inputs, torch.Tensor], Mapping[str, torch.Tensor], Iterable]
+#: An integer target that counts in no loss and no accuracy (cross-entropy's default ``ignore_index``).
+IGNORE_INDEX = -100
 #: The entries of a dict batch that hold its targets, in the order they are looked for.
 TARGET_KEYS: tuple[str, ...] = ("labels", "label")
 
@@ -63,12 +71,6 @@ def logits_of(out: Any) -> Any:
     return logits if isinstance(logits, torch.Tensor) else out
 
 
-def num_examples(x: Inputs) -> int:
-    """The first dimension of ``x`` (of its first entry for a dict)."""
-    t = x if isinstance(x, torch.Tensor) else next(iter(x.values()))
-    return int(t.shape[0])
-
-
 def take(x: Inputs, idx: Any) -> Inputs:
     """``x[idx]``, entry by entry for a dict."""
     return x[idx] if isinstance(x, torch.Tensor) else {k: v[idx] for k, v in x.items()}
@@ -86,7 +88,9 @@ def _split(name: str, data: Mapping) -> tuple[dict[str, torch.Tensor], Any]:
     return inputs, data[key]
 
 
-def _check_pair(name: str, x: Any, y: Any) -> tuple[Inputs, torch.Tensor]:
+def _check_pair(name: str, x: Any, y: Any, whole: bool = False) -> tuple[Inputs, torch.Tensor]:
+    """Check one pair; ``whole``: a batch used as it is (never split), whose dict entries may have
+    any shape (a graph's ``edge_index`` ``(2, E)`` beside its ``x`` ``(num_nodes, F)``)."""
     if isinstance(x, Mapping):
         if not x or not all(isinstance(k, str) for k in x):
             raise TypeError(f"{name}: dict inputs must map argument names (str) to tensors, got keys {list(x)}")
@@ -105,10 +109,16 @@ def _check_pair(name: str, x: Any, y: Any) -> tuple[Inputs, torch.Tensor]:
     for what, t in (*entries, ("targets", y)):
         if t.is_meta:
             raise ValueError(f"{name}: {what} are on the meta device, which holds shapes but no values")
+    if y.dim() == 0:
+        raise ValueError(f"{name}: targets must have a first (batch) dimension, got a scalar")
     for what, t in entries:
-        if t.dim() == 0 or y.dim() == 0 or t.shape[0] != y.shape[0]:
+        if whole and isinstance(x, Mapping):
+            continue
+        if t.dim() == 0 or t.shape[0] != y.shape[0]:
+            hint = ("; a graph (edge_index beside x) is one batch used whole: pass a list of batches, "
+                    "[(inputs, targets)]" if isinstance(x, Mapping) else "")
             raise ValueError(f"{name}: {what} and targets must share their first dimension, got shapes "
-                             f"{tuple(t.shape)} and {tuple(y.shape)}")
+                             f"{tuple(t.shape)} and {tuple(y.shape)}{hint}")
     if y.shape[0] == 0:
         raise ValueError(f"{name} is empty (0 examples): nothing to train or measure on")
     for what, t in entries:
@@ -148,9 +158,7 @@ class Batches:
         self.device: torch.device | None = None
         if isinstance(data, Batches):  # already checked: keep its data
             self.pair, self.iterable, self.device = data.pair, data.iterable, data.device
-        elif is_pair(data):
-            self.pair = check_data(name, data)
-        elif isinstance(data, Mapping):
+        elif is_pair(data) or isinstance(data, Mapping):
             self.pair = check_data(name, data)
         elif isinstance(data, (torch.Tensor, str, bytes)) or not isinstance(data, Iterable):
             raise TypeError(f"{name} must be a pair (inputs, targets) of tensors or an iterable of such pairs "
@@ -186,7 +194,7 @@ class Batches:
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
             raise TypeError(f"{self.name}: batch {k} must be a pair (inputs, targets) of tensors, "
                             f"got {type(batch).__name__}")
-        return _check_pair(f"{self.name} (batch {k})", batch[0], batch[1])
+        return _check_pair(f"{self.name} (batch {k})", batch[0], batch[1], whole=True)
 
     def _moved(self, xb: Inputs, yb: torch.Tensor) -> tuple[Inputs, torch.Tensor]:
         if self.device is None:

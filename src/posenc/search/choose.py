@@ -56,9 +56,10 @@ from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
 from posenc._resources import check_footprint, format_bytes
-from posenc.search.batches import Batches, Data, call_model, logits_of
+from posenc.search.batches import IGNORE_INDEX, Batches, Data, call_model, logits_of
 from posenc.search.encoding import EncodingSearch
 from posenc.search.families import _attention_layers, _set_submodule, parse_candidate, probe_slot, with_encoding
+from posenc.search.nodes import feed_graph
 from posenc.search.mixed import MixedOp
 from posenc.search.selection import Selection, decided_error
 from posenc.search.supernet import (
@@ -66,12 +67,14 @@ from posenc.search.supernet import (
     Loop,
     LossFn,
     _check_seed,
+    _correct,
     _default_loss,
     _steps,
     _w_optimizer,
     alpha_lr,
     check_targets,
     cosine_lr,
+    counted,
     mixed_ops,
     train_darts,
     weight_parameters,
@@ -133,12 +136,16 @@ def _score(model: nn.Module, val: Batches, batch_size: int, loss_fn: LossFn | No
                 out = logits_of(call_model(model, xb))
                 if loss_fn is None:
                     check_targets(val.name, out, yb)
-                    c = torch.bincount(yb.reshape(-1).cpu(), minlength=out.shape[1]).double()
+                    kept = yb.reshape(-1)
+                    kept = kept[kept != IGNORE_INDEX].cpu()
+                    c = torch.bincount(kept, minlength=out.shape[1]).double()
                     counts = c if counts is None or counts.shape != c.shape else counts + c
-                loss += float(fn(out, yb)) * yb.shape[0]
+                w = counted(yb)
+                if w:
+                    loss += float(fn(out, yb)) * w
                 if out.dim() >= 2 and not yb.is_floating_point() and out.shape[:1] == yb.shape[:1]:
-                    correct += float((out.argmax(-1) == yb).sum())
-                n += yb.shape[0]
+                    correct += _correct(out, yb)
+                n += w
                 batches += 1
     finally:
         model.train(was)
@@ -455,6 +462,11 @@ def _family_spec(model: nn.Module, names: list[str], encoding_at: str | None, ma
     """The arguments of :func:`with_encoding` shared by every candidate, checked on the model before any copy."""
     parsed = [parse_candidate(n) for n in names]
     additive = [c.name for c in parsed if c.additive != "none"]
+    graph = [c.name for c in parsed if c.family == "graph"]
+    sequence = [c.name for c in parsed if c.name != "none" and c.family != "graph"]
+    if graph and sequence:
+        raise ValueError(f"candidates mix node encodings {graph} of a graph model with sequence encodings {sequence}; "
+                         "choose among one kind")
     dim = None
     if additive or encoding_at is not None:
         if encoding_at is None:
@@ -472,7 +484,10 @@ def _family_spec(model: nn.Module, names: list[str], encoding_at: str | None, ma
         with contextlib.suppress(TypeError, ValueError):
             probes.extend(xb for xb, _ in val_b.epoch(batch_size))
         dim, seen = probe_slot(model, encoding_at, probes)
-        if max_len is None:
+        if graph:
+            if max_len is not None:
+                raise ValueError("max_len is for sequence candidates; node encodings take the graph's size")
+        elif max_len is None:
             max_len = seen
         else:
             check_positive_int("max_len", max_len)
@@ -504,6 +519,8 @@ def _race_family(model, spec, train_b, val_b, rec, total, per_epoch, budget, eva
     for path in paths:  # the winner's modules (trained) take the plain ones' places, then every other weight
         _set_submodule(model, path, best.get_submodule(path))
     model.load_state_dict(best.state_dict())
+    if spec["families"][winner[0]] == "graph":
+        feed_graph(model, spec["encoding_at"])
     sel.choices["encoding"] = winner[0]
     sel.candidates = {"encoding": {e[0]: {**records[e], "family": spec["families"][e[0]]} for e in entries}}
     sel.rebuild = {"candidate": winner[0], **kw}

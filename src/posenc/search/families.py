@@ -7,7 +7,9 @@ sinusoids with CAPE's training-time augmentation), a relative term inside every 
 layer (``'rope'``, ``'xpos'``, ``'alibi'``, ``'t5'``: :class:`~posenc.attention.RelativeMHA`;
 ``'kernelized'``: :class:`~posenc.attention.KernelizedMHA` with its learned relative bias), or
 one of each joined by ``+`` (``'rope+sinusoidal'``). A relative name alone means no additive
-encoding: the candidate is the model's whole position encoding.
+encoding: the candidate is the model's whole position encoding. For a graph model, a candidate
+is a node encoding (``'laplacian_pe'``, ``'random_walk_pe'``, ``'anchor_pe'``:
+:class:`~posenc.search.NodeEncoding`) or ``'none'``.
 
 :func:`with_encoding` turns a plain model into a candidate, in place. What the model must
 provide:
@@ -21,7 +23,12 @@ provide:
 * for an additive candidate: a submodule, named by ``encoding_at``, that the model applies
   to the token features ``(batch, length, dim)`` (``(length, batch, dim)`` when its attention
   layers are not ``batch_first``) where the position encoding is added: an ``nn.Identity()``
-  is enough. It is replaced by :class:`SequenceEncoding` (``'none'``: ``nn.Identity()``).
+  is enough. It is replaced by :class:`SequenceEncoding` (``'none'``: ``nn.Identity()``);
+* for a node encoding: a submodule, named by ``encoding_at``, that the model applies to the node
+  features ``(num_nodes, dim)`` (an ``nn.Identity()``), and a ``forward`` that takes the graph as an
+  argument named ``edge_index`` (PyG's ``forward(self, x, edge_index)``) or a ``Data`` object holding
+  one. The submodule is replaced by :class:`~posenc.search.NodeEncoding`, and a forward pre-hook on
+  the model hands it each call's ``edge_index`` (:func:`~posenc.search.feed_graph`).
 
 The choice among candidates is :func:`~posenc.search.choose_encoding` with ``candidates=``.
 """
@@ -38,8 +45,9 @@ from torch import nn
 
 from posenc._checks import check_positive_int
 from posenc.search.batches import call_model
+from posenc.search.nodes import NodeEncoding, feed_graph
 
-__all__ = ["ATTENTION_CANDIDATES", "FAMILY_CANDIDATES", "Candidate", "SequenceEncoding", "parse_candidate",
+__all__ = ["ATTENTION_CANDIDATES", "FAMILY_CANDIDATES", "NODE_CANDIDATES", "Candidate", "SequenceEncoding", "parse_candidate",
            "probe_slot", "with_encoding"]
 
 #: Candidates that replace the model's attention layers, and the layer each builds.
@@ -49,7 +57,10 @@ ATTENTION_CANDIDATES: dict[str, str] = {"rope": "RelativeMHA", "xpos": "Relative
 FAMILY_CANDIDATES: tuple[str, ...] = ("none", "sinusoidal", "learned_table", "cape", "rope", "alibi", "t5",
                                       "xpos")
 #: The family of each named candidate part (additive names not listed are ``'additive'``).
-_FAMILY = {"cape": "augmented", "kernelized": "kernelized", **{k: "relative" for k in ("rope", "xpos", "alibi", "t5")}}
+_FAMILY = {"cape": "augmented", "kernelized": "kernelized", **{k: "relative" for k in ("rope", "xpos", "alibi", "t5")},
+           **{k: "graph" for k in ("laplacian_pe", "random_walk_pe", "anchor_pe")}}
+#: Node encodings of a graph model (:class:`~posenc.search.NodeEncoding`).
+NODE_CANDIDATES: tuple[str, ...] = ("laplacian_pe", "random_walk_pe", "anchor_pe")
 _SEEDED = ("learned_table", "lff", "random", "rff", "coord_mlp")
 
 
@@ -64,7 +75,7 @@ class Candidate:
 
     @property
     def family(self) -> str:
-        """``'additive'``, ``'augmented'``, ``'relative'``, ``'kernelized'`` or ``'combined'``."""
+        """``'additive'``, ``'augmented'``, ``'relative'``, ``'kernelized'``, ``'graph'`` or ``'combined'``."""
         if self.attention is None:
             return _FAMILY.get(self.additive, "additive")
         return _FAMILY[self.attention] if self.additive == "none" else "combined"
@@ -83,7 +94,7 @@ def parse_candidate(name: Any) -> Candidate:
         raise TypeError(f"candidates: each candidate must be a string such as 'rope' or 'rope+sinusoidal', "
                         f"got {type(name).__name__} ({name!r})")
     parts = [p.strip() for p in name.split("+")]
-    known = sorted(set(available_encodings()) | {"none"})
+    known = sorted(set(available_encodings()) | {"none", *NODE_CANDIDATES})
     attention = [p for p in parts if p in ATTENTION_CANDIDATES]
     additive = [p for p in parts if p not in ATTENTION_CANDIDATES]
     bad = [p for p in additive if p not in known]
@@ -94,6 +105,9 @@ def parse_candidate(name: Any) -> Candidate:
     if len(attention) > 1 or len(additive) > 1:
         raise ValueError(f"candidates: {name!r} names {len(attention)} attention and {len(additive)} additive parts; "
                          "a candidate has at most one of each")
+    if attention and additive and additive[0] in NODE_CANDIDATES:
+        raise ValueError(f"candidates: {name!r} joins a node encoding and an attention part; a node encoding is a "
+                         "graph model's whole position encoding")
     return Candidate("+".join(parts), attention[0] if attention else None, additive[0] if additive else "none")
 
 
@@ -177,8 +191,10 @@ def with_encoding(model: nn.Module, candidate: str, *, encoding_at: str | None =
             attention candidate) and, for an additive one, a submodule named ``encoding_at``.
         candidate: e.g. ``'rope'``, ``'sinusoidal'``, ``'rope+learned_table'``, ``'none'``.
         encoding_at: the dotted name of the submodule that adds the position encoding.
-        max_len: the longest sequence the additive encoding takes (needed by any additive part).
-        dim: the token width; default: the attention layers' ``embed_dim``.
+        max_len: the longest sequence the additive encoding takes (needed by any additive part but a
+            node encoding).
+        dim: the token width (the node feature width for a node encoding); default: the attention
+            layers' ``embed_dim``.
         seed: the new modules' initial draws (the encoding's and the attention's position
             parameters) come from this seed; the global random state is left as it was.
         normalize: RMS-normalise the additive encoding per token (:class:`SequenceEncoding`).
@@ -220,6 +236,7 @@ def with_encoding(model: nn.Module, candidate: str, *, encoding_at: str | None =
             slot = model.get_submodule(encoding_at)
         except AttributeError:
             raise ValueError(f"encoding_at={encoding_at!r}: {type(model).__name__} has no such submodule") from None
+    graph = cand.additive in NODE_CANDIDATES
     if cand.additive != "none":
         if slot is None:
             raise ValueError(f"candidate {candidate!r} adds an encoding to the tokens: name the submodule that does "
@@ -227,19 +244,30 @@ def with_encoding(model: nn.Module, candidate: str, *, encoding_at: str | None =
         if dim is None:
             dims = {m.embed_dim for _, m in layers}
             if len(dims) != 1:
-                raise ValueError(f"candidate {candidate!r}: give dim= (the token width; the model's attention "
+                raise ValueError(f"candidate {candidate!r}: give dim= (the {'node feature' if graph else 'token'} width; "
+                                 f"the model's attention "
                                  f"layers give {sorted(dims) or 'none'})")
             dim = dims.pop()
         check_positive_int("dim", dim)
-        if max_len is None:
-            raise ValueError(f"candidate {candidate!r} needs max_len= (the longest sequence it will encode)")
-        check_positive_int("max_len", max_len)
+        if not graph:
+            if max_len is None:
+                raise ValueError(f"candidate {candidate!r} needs max_len= (the longest sequence it will encode)")
+            check_positive_int("max_len", max_len)
     batch_first = all(m.batch_first for _, m in layers) if layers else True
     cuda = sorted({p.device.index or 0 for p in model.parameters() if p.is_cuda})
     with torch.random.fork_rng(devices=cuda):  # torch.manual_seed seeds every device: restore the ones in use
         torch.manual_seed(seed)
         new_slot: nn.Module | None = None
-        if cand.additive != "none":
+        if graph:
+            ref = next(model.parameters(), None)
+            float_ref = ref is not None and ref.is_floating_point()
+            try:
+                new_slot = NodeEncoding(cand.additive, dim, seed=seed, **kwargs.get(cand.additive, {}),  # type: ignore[arg-type]
+                                        device=ref.device if ref is not None else None,
+                                        dtype=ref.dtype if float_ref else None)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"candidates: {cand.additive!r} cannot encode nodes to dim={dim}: {err}") from None
+        elif cand.additive != "none":
             kw: dict[str, Any] = {"in_dim": 1, "num_features": dim}
             if cand.additive == "learned_table":
                 kw["grid_size"] = max_len
@@ -274,22 +302,26 @@ def with_encoding(model: nn.Module, candidate: str, *, encoding_at: str | None =
         _set_submodule(model, path, new)
     if new_slot is not None and encoding_at is not None:
         _set_submodule(model, encoding_at, new_slot)
+        if graph:
+            feed_graph(model, encoding_at)
     return model
 
 
-def probe_slot(model: nn.Module, encoding_at: str, batches: Iterable[torch.Tensor]) -> tuple[int, int]:
-    """``(dim, longest length)`` of the token features ``model`` feeds its ``encoding_at`` submodule on
-    ``batches`` (one forward pass each, eval mode, no gradients, the random state restored)."""
+def probe_slot(model: nn.Module, encoding_at: str, batches: Iterable[Any]) -> tuple[int, int]:
+    """``(dim, longest length)`` of the features ``model`` feeds its ``encoding_at`` submodule on
+    ``batches`` (one forward pass each, eval mode, no gradients, the random state restored): token
+    features ``(batch, length, dim)``, or node features ``(num_nodes, dim)`` (longest length 0)."""
     slot = model.get_submodule(encoding_at)
     layers = _attention_layers(model)
     batch_first = all(m.batch_first for _, m in layers) if layers else True
     seen = {"dim": None, "longest": 0}
 
     def hook(_m, args):
-        if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 3:
+        if args and isinstance(args[0], torch.Tensor) and args[0].dim() in (2, 3):
             shape = args[0].shape
             seen["dim"] = seen["dim"] or int(shape[-1])
-            seen["longest"] = max(seen["longest"], int(shape[1] if batch_first else shape[0]))
+            if args[0].dim() == 3:
+                seen["longest"] = max(seen["longest"], int(shape[1] if batch_first else shape[0]))
 
     handle = slot.register_forward_pre_hook(hook)
     was = model.training
@@ -304,6 +336,6 @@ def probe_slot(model: nn.Module, encoding_at: str, batches: Iterable[torch.Tenso
         model.train(was)
     if seen["dim"] is None:
         raise ValueError(f"encoding_at={encoding_at!r}: the model never called it with (batch, length, dim) token "
-                         "features on the first batch of train and the batches of val; name the submodule that "
-                         "receives them")
+                         "features (or (num_nodes, dim) node features) on the first batch of train and the batches "
+                         "of val; name the submodule that receives them")
     return int(seen["dim"]), int(seen["longest"])

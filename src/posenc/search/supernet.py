@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from posenc._checks import check_choice, check_positive_float, check_positive_int
-from posenc.search.batches import Batches, Data, call_model, check_data, logits_of
+from posenc.search.batches import IGNORE_INDEX, Batches, Data, call_model, check_data, logits_of
 from posenc.search.mixed import MixedOp
 
 __all__ = [
@@ -96,8 +96,21 @@ def _default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def _correct(outputs: torch.Tensor, targets: torch.Tensor) -> float:
     if outputs.dim() >= 2 and outputs.shape[:1] == targets.shape[:1] and not targets.is_floating_point():
-        return float((outputs.argmax(-1) == targets).sum())
+        right = outputs.argmax(-1) == targets
+        if bool((targets == IGNORE_INDEX).any()):
+            right = right & (targets != IGNORE_INDEX)
+        return float(right.sum())
     return float("nan")
+
+
+def counted(targets: torch.Tensor) -> float | int:
+    """The weight of a batch in example-weighted means: its first dimension, scaled by the share of
+    its targets that are not :data:`IGNORE_INDEX` (integer targets); the count of those for 1-D targets."""
+    n = targets.shape[0]
+    if targets.is_floating_point() or targets.numel() == 0:
+        return n
+    ignored = int((targets == IGNORE_INDEX).sum())
+    return n if ignored == 0 else n * (targets.numel() - ignored) / targets.numel()
 
 
 @contextlib.contextmanager
@@ -161,11 +174,15 @@ def evaluate(model: nn.Module, data: Data, batch_size: int = 64, *, loss_fn: Los
                 out = logits_of(call_model(model, xb))
                 if default:
                     check_targets(source.name, out, yb)
-                total_loss += float(loss_fn(out, yb)) * yb.shape[0]
+                w = counted(yb)
+                if w:
+                    total_loss += float(loss_fn(out, yb)) * w
                 correct += _correct(out, yb)
-                n += yb.shape[0]
+                n += w
     finally:
         model.train(was_training)
+    if not n:
+        raise ValueError(f"{source.name}: every target is {IGNORE_INDEX} (ignored): nothing to measure")
     return total_loss / n, correct / n
 
 
@@ -294,9 +311,15 @@ def check_targets(name: str, outputs: torch.Tensor, targets: torch.Tensor) -> No
     classes = outputs.shape[1]
     if targets.numel():
         lo, hi = int(targets.min()), int(targets.max())
+        if lo == IGNORE_INDEX:  # ignored targets (nodes outside a split, padding) count in no loss
+            kept = targets[targets != IGNORE_INDEX]
+            if not kept.numel():
+                raise ValueError(f"{name}: every target of a batch is {IGNORE_INDEX} (ignored): nothing to learn "
+                                 "or measure on it")
+            lo = int(kept.min())
         if lo < 0 or hi >= classes:
             raise ValueError(f"{name}: targets must be class indices in [0, {classes - 1}] for the model's {classes} "
-                             f"outputs, got values in [{lo}, {hi}]")
+                             f"outputs (or {IGNORE_INDEX}, ignored), got values in [{lo}, {hi}]")
 
 
 def _steps(source: Batches, steps: int | None, epochs: float | None, batch_size: int) -> tuple[int, int]:

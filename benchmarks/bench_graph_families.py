@@ -1,0 +1,92 @@
+"""Choosing a graph model's node encoding (area ``graph_families``): ``choose_encoding(candidates=GRAPH_CANDIDATES)``.
+
+The setting is frozen in :mod:`benchmarks.graph_family_tasks` (4 node-classification tasks on
+generated graphs, a plain PyG ``GCNConv`` model, one recipe, seeds 0-4, the candidates none,
+Laplacian eigenvectors, random walk and anchors). As ``python -m benchmarks families`` does for
+sequences: ground truth from every candidate trained stand-alone with the recipe and the seed
+(:func:`posenc.search.with_encoding`, :func:`posenc.search.train_network`), scored on the test
+nodes; the race (``choose_encoding`` at budget 2, and at budget 3) from the same initial model; the
+fixed policies read off the ground truth. The summary and its tables are those of
+:mod:`benchmarks.bench_families`.
+
+``POSENC_BENCH_WORKERS=2`` runs task-seeds in two processes (each at one thread);
+``POSENC_BENCH_CACHE=DIR`` keeps each finished task-seed in DIR and reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from benchmarks.bench_choice import cached, run_units
+from benchmarks.bench_families import BUDGET, BUDGET_LARGER, summarise
+from benchmarks.graph_family_tasks import CANDIDATES, RECIPE, SEEDS, TASKS, build_model, load_task
+from posenc.search import choose_encoding, evaluate, train_network, with_encoding
+
+#: Tasks and length of the quick (smoke) run.
+QUICK = {"tasks": ("caves", "cycle-length"), "seeds": (0, 1), "steps": 120}
+
+
+def _recipe(quick: bool) -> dict[str, Any]:
+    return {**RECIPE, "steps": QUICK["steps"]} if quick else dict(RECIPE)
+
+
+def _standalone(task: dict, seed: int, candidate: str, recipe: dict) -> dict[str, Any]:
+    model = with_encoding(build_model(task, seed), candidate, encoding_at="pos", dim=32, seed=seed)
+    c0 = time.process_time()
+    hist = train_network(model, task["train"], seed=seed, **recipe)
+    cpu = time.process_time() - c0
+    val_loss, val_acc = evaluate(model, task["val"])
+    _, test_acc = evaluate(model, task["test"])
+    return {"val_accuracy": val_acc, "val_loss": val_loss, "test_accuracy": test_acc, "steps": hist["steps"],
+            "cpu_s": cpu, "final_train_loss": hist["train_loss"][-1]}
+
+
+def _race(task: dict, seed: int, recipe: dict, budget: float = BUDGET) -> dict[str, Any]:
+    model = build_model(task, seed)
+    c0 = time.process_time()
+    sel = choose_encoding(model, task["train"], task["val"], candidates=list(CANDIDATES), encoding_at="pos",
+                          budget=budget, seed=seed, **recipe)
+    cpu = time.process_time() - c0
+    return {"choice": sel.choices["encoding"], "steps": sel.cost["steps"], "step_ratio": sel.cost["ratio"],
+            "cpu_s": cpu, "held": sum(bool(d["held"]) for d in sel.decisions),
+            "rungs": [d["steps"] for d in sel.decisions], "candidates": sel.candidates["encoding"],
+            "test_accuracy": evaluate(model, task["test"])[1]}
+
+
+def task_seed(name: str, seed: int, quick: bool = False) -> dict[str, Any]:
+    """Ground truth and the races on one task and seed (one thread), cached."""
+    return cached(f"graph_families.{name}.{seed}{'.quick' if quick else ''}", lambda: _task_seed(name, seed, quick))
+
+
+def _task_seed(name: str, seed: int, quick: bool) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    task = load_task(name, seed)
+    recipe = _recipe(quick)
+    gt = {c: _standalone(task, seed, c, recipe) for c in CANDIDATES}
+    return {"task": name, "seed": seed, "ground_truth": gt, "race": _race(task, seed, recipe),
+            "race_larger": _race(task, seed, recipe, BUDGET_LARGER)}
+
+
+def run(quick: bool = False, *, tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None) -> dict:
+    tasks = tasks or (QUICK["tasks"] if quick else tuple(TASKS))
+    seeds = seeds or (QUICK["seeds"] if quick else SEEDS)
+    jobs = [(t, s) for s in seeds for t in tasks]
+    load_before = os.getloadavg()
+    units, workers, cpu = run_units(task_seed, jobs, quick)
+    unit_cpu = sum(g["cpu_s"] for u in units for g in [*u["ground_truth"].values(), u["race"], u["race_larger"]])
+    return {"budget": BUDGET, "budget_larger": BUDGET_LARGER, "candidates": list(CANDIDATES),
+            "recipe": _recipe(quick), "seeds": list(seeds), "task_info": {t: TASKS[t] for t in tasks},
+            "units": units, "summary": summarise(units, CANDIDATES), "units_cpu_s": unit_cpu, "cpu_s": cpu,
+            "workers": workers, "threads": 1, "loadavg_before": list(load_before),
+            "loadavg_after": list(os.getloadavg())}
+
+
+def markdown(r: dict) -> str:
+    """The tables of docs/search.md and the results page (those of :mod:`benchmarks.bench_families`)."""
+    from benchmarks.bench_families import markdown as families_markdown
+
+    return families_markdown(r)
