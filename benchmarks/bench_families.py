@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -48,22 +49,29 @@ def _recipe(quick: bool) -> dict[str, Any]:
     return {**RECIPE, "epochs": QUICK["epochs"]} if quick else dict(RECIPE)
 
 
-def _standalone(task: dict, seed: int, candidate: str, recipe: dict) -> dict[str, Any]:
-    model = with_encoding(build_model(task, seed), candidate, encoding_at="pos", max_len=task["max_len"], seed=seed)
+def _standalone(task: dict, seed: int, candidate: str, recipe: dict, build: Callable = build_model,
+                where: dict | None = None) -> dict[str, Any]:
+    """``candidate`` given to the plain model ``build(task, seed)`` and trained alone (``where``: the
+    keywords that place it, default ``encoding_at="pos"`` and the task's ``max_len``)."""
+    where = where or {"encoding_at": "pos", "max_len": task["max_len"]}
+    model = with_encoding(build(task, seed), candidate, seed=seed, **where)
     c0 = time.process_time()
     hist = train_network(model, task["train"], seed=seed, **recipe)
     cpu = time.process_time() - c0
     val_loss, val_acc = evaluate(model, task["val"])
     _, test_acc = evaluate(model, task["test"])
     return {"val_accuracy": val_acc, "val_loss": val_loss, "test_accuracy": test_acc, "steps": hist["steps"],
-            "cpu_s": cpu}
+            "cpu_s": cpu, "final_train_loss": hist["train_loss"][-1]}
 
 
-def _race(task: dict, seed: int, recipe: dict, budget: float = BUDGET) -> dict[str, Any]:
-    model = build_model(task, seed)
+def _race(task: dict, seed: int, recipe: dict, budget: float = BUDGET, build: Callable = build_model,
+          candidates: tuple[str, ...] | None = None, where: dict | None = None) -> dict[str, Any]:
+    """``choose_encoding`` on the plain model ``build(task, seed)`` over ``candidates`` (default this module's)."""
+    where = where or {"encoding_at": "pos", "max_len": task["max_len"]}
+    model = build(task, seed)
     c0 = time.process_time()
-    sel = choose_encoding(model, task["train"], task["val"], candidates=list(CANDIDATES), encoding_at="pos",
-                          max_len=task["max_len"], budget=budget, seed=seed, **recipe)
+    sel = choose_encoding(model, task["train"], task["val"], candidates=list(candidates or CANDIDATES),
+                          budget=budget, seed=seed, **where, **recipe)
     cpu = time.process_time() - c0
     return {"choice": sel.choices["encoding"], "steps": sel.cost["steps"], "step_ratio": sel.cost["ratio"],
             "cpu_s": cpu, "held": sum(bool(d["held"]) for d in sel.decisions),

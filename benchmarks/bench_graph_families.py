@@ -16,15 +16,13 @@ fixed policies read off the ground truth. The summary and its tables are those o
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import torch
 
 from benchmarks.bench_choice import cached, run_units
-from benchmarks.bench_families import BUDGET, BUDGET_LARGER, summarise
-from benchmarks.graph_family_tasks import CANDIDATES, RECIPE, SEEDS, TASKS, build_model, load_task
-from posenc.search import choose_encoding, evaluate, train_network, with_encoding
+from benchmarks.bench_families import BUDGET, BUDGET_LARGER, _race, _standalone, summarise
+from benchmarks.graph_family_tasks import CANDIDATES, DIM, RECIPE, SEEDS, TASKS, build_model, load_task
 
 #: Tasks and length of the quick (smoke) run.
 QUICK = {"tasks": ("caves", "cycle-length"), "seeds": (0, 1), "steps": 120}
@@ -34,27 +32,10 @@ def _recipe(quick: bool) -> dict[str, Any]:
     return {**RECIPE, "steps": QUICK["steps"]} if quick else dict(RECIPE)
 
 
-def _standalone(task: dict, seed: int, candidate: str, recipe: dict) -> dict[str, Any]:
-    model = with_encoding(build_model(task, seed), candidate, encoding_at="pos", dim=32, seed=seed)
-    c0 = time.process_time()
-    hist = train_network(model, task["train"], seed=seed, **recipe)
-    cpu = time.process_time() - c0
-    val_loss, val_acc = evaluate(model, task["val"])
-    _, test_acc = evaluate(model, task["test"])
-    return {"val_accuracy": val_acc, "val_loss": val_loss, "test_accuracy": test_acc, "steps": hist["steps"],
-            "cpu_s": cpu, "final_train_loss": hist["train_loss"][-1]}
-
-
-def _race(task: dict, seed: int, recipe: dict, budget: float = BUDGET) -> dict[str, Any]:
-    model = build_model(task, seed)
-    c0 = time.process_time()
-    sel = choose_encoding(model, task["train"], task["val"], candidates=list(CANDIDATES), encoding_at="pos",
-                          budget=budget, seed=seed, **recipe)
-    cpu = time.process_time() - c0
-    return {"choice": sel.choices["encoding"], "steps": sel.cost["steps"], "step_ratio": sel.cost["ratio"],
-            "cpu_s": cpu, "held": sum(bool(d["held"]) for d in sel.decisions),
-            "rungs": [d["steps"] for d in sel.decisions], "candidates": sel.candidates["encoding"],
-            "test_accuracy": evaluate(model, task["test"])[1]}
+#: Where the candidates go in :class:`~benchmarks.graph_family_tasks.PlainGCN` (its node features are 32 wide;
+#: choose_encoding reads the width off a forward pass).
+WHERE = {"encoding_at": "pos", "dim": DIM}
+RACE_WHERE = {"encoding_at": "pos"}
 
 
 def task_seed(name: str, seed: int, quick: bool = False) -> dict[str, Any]:
@@ -66,9 +47,10 @@ def _task_seed(name: str, seed: int, quick: bool) -> dict[str, Any]:
     torch.set_num_threads(1)
     task = load_task(name, seed)
     recipe = _recipe(quick)
-    gt = {c: _standalone(task, seed, c, recipe) for c in CANDIDATES}
-    return {"task": name, "seed": seed, "ground_truth": gt, "race": _race(task, seed, recipe),
-            "race_larger": _race(task, seed, recipe, BUDGET_LARGER)}
+    gt = {c: _standalone(task, seed, c, recipe, build_model, WHERE) for c in CANDIDATES}
+    race = {k: _race(task, seed, recipe, b, build_model, CANDIDATES, RACE_WHERE)
+            for k, b in (("race", BUDGET), ("race_larger", BUDGET_LARGER))}
+    return {"task": name, "seed": seed, "ground_truth": gt, **race}
 
 
 def run(quick: bool = False, *, tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None) -> dict:
