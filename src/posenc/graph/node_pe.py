@@ -5,16 +5,17 @@ probabilities and inverse distances to anchors, each ``(num_nodes, k)``.
   ``L = I - D^{-1/2} A D^{-1/2}`` of the undirected simple graph, for its ``k`` smallest eigenvalues
   after the first (Dwivedi et al., "Benchmarking Graph Neural Networks", JMLR 2023; PyG's
   ``AddLaplacianEigenvectorPE``). Each eigenvector is defined up to its sign: the one returned has
-  its entry of largest magnitude positive (ties: the first), a deterministic choice; PyG's transform
-  flips signs at random instead, and models flip them at random in training (as
+  its entry of largest magnitude positive (ties within rounding: the first), a deterministic choice;
+  PyG's transform flips signs at random instead, and models flip them at random in training (as
   :class:`~posenc.search.NodeEncoding` does). Within an eigenvalue of multiplicity above one the
-  basis is LAPACK's. A graph with fewer than ``k + 1`` nodes gets zero columns for the missing ones.
+  basis is LAPACK's (ARPACK's above :data:`DENSE_LIMIT` nodes). A graph with fewer than ``k + 1`` nodes gets zero columns for the missing ones.
 * :func:`random_walk_pe`: ``[P_ii, (P^2)_ii, ..., (P^k)_ii]`` with ``P = D^{-1} A`` over the edges as
   given (Dwivedi et al., "Graph Neural Networks with Learnable Structural and Positional
   Representations", ICLR 2022; PyG's ``AddRandomWalkPE``, whose degree of a node without out-edges
   is taken as 1).
 * :func:`anchor_pe`: ``1 / (d(v, a) + 1)`` to ``k`` random anchor nodes, 0 when unreachable (P-GNN's
-  ``s``, You et al., ICML 2019): :class:`~posenc.graph.AddAnchorPE` with its defaults.
+  ``s``, You et al., ICML 2019): :class:`~posenc.graph.AddAnchorPE` with ``clamp=True`` and
+  ``symmetrize=True``.
 
 Every function takes ``edge_index`` ``(2, E)`` (PyG's convention) and ``num_nodes``, and returns a
 float32 tensor on ``edge_index``'s device; the work is done in float64 on the CPU.
@@ -84,11 +85,16 @@ def laplacian_pe(edge_index: torch.Tensor, num_nodes: int, k: int = 8) -> torch.
         from scipy.sparse.linalg import eigsh
 
         lap = sp.identity(n, format="csr") - norm
-        vals, vecs = eigsh(lap, k=m, which="SA", v0=np.ones(n), tol=1e-10)
+        # a random start (fixed seed): a constant one is the eigenvector of 0 on a regular graph, where
+        # ARPACK breaks down or misses the other copies of repeated eigenvalues
+        start = np.random.default_rng(0).standard_normal(n)
+        vals, vecs = eigsh(lap, k=m, which="SA", v0=start, tol=0, ncv=min(n, max(4 * m, 40)))
     order = np.argsort(vals, kind="stable")
     vecs = vecs[:, order[1:m]]
     if vecs.shape[1]:
-        top = np.abs(vecs).argmax(0)
+        mag = np.abs(vecs)
+        # the first entry whose magnitude is the column's largest, up to rounding (symmetric graphs tie)
+        top = (mag >= mag.max(0) * (1.0 - 1e-9)).argmax(0)
         vecs = vecs * np.where(vecs[top, np.arange(vecs.shape[1])] < 0, -1.0, 1.0)
     pe = np.zeros((n, k))
     pe[:, :vecs.shape[1]] = vecs
@@ -98,8 +104,9 @@ def laplacian_pe(edge_index: torch.Tensor, num_nodes: int, k: int = 8) -> torch.
 def random_walk_pe(edge_index: torch.Tensor, num_nodes: int, k: int = 16) -> torch.Tensor:
     """``(num_nodes, k)``: the return probabilities of 1 .. k steps of the random walk (module docstring).
 
-    The walk follows the edges as given (duplicates add weight, self-loops count), as PyG's
-    ``AddRandomWalkPE`` does.
+    The walk follows the edges as given: a self-loop counts, and a duplicated edge counts twice (the
+    transition probabilities of the multigraph). PyG's ``AddRandomWalkPE`` gives the same on graphs
+    without duplicate edges (its dense path writes a duplicated edge once, at the weight of one copy).
 
     Raises:
         TypeError / ValueError: as :func:`laplacian_pe`.

@@ -498,7 +498,8 @@ def _family_spec(model: nn.Module, names: list[str], encoding_at: str | None, ma
         raise ValueError(f"candidates {[c.name for c in parsed if c.attention]} replace the model's "
                          f"nn.MultiheadAttention layers, and {type(model).__name__} has none")
     spec = {"encoding_at": encoding_at, "max_len": max_len, "dim": dim, "seed": seed}
-    return {"names": names, "families": {c.name: c.family for c in parsed}, **spec}
+    families = {c.name: ("none" if graph and c.name == "none" else c.family) for c in parsed}
+    return {"names": names, "families": families, **spec}
 
 
 def _race_family(model, spec, train_b, val_b, rec, total, per_epoch, budget, eval_steps, seed, criterion, sel,

@@ -262,7 +262,7 @@ def with_encoding(model: nn.Module, candidate: str, *, encoding_at: str | None =
             ref = next(model.parameters(), None)
             float_ref = ref is not None and ref.is_floating_point()
             try:
-                new_slot = NodeEncoding(cand.additive, dim, seed=seed, **kwargs.get(cand.additive, {}),  # type: ignore[arg-type]
+                new_slot = NodeEncoding(cand.additive, dim, **{"seed": seed, **kwargs.get(cand.additive, {})},  # type: ignore[arg-type]
                                         device=ref.device if ref is not None else None,
                                         dtype=ref.dtype if float_ref else None)
             except (TypeError, ValueError) as err:

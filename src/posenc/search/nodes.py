@@ -22,8 +22,9 @@ Choices made here (the papers' models feed the raw encodings to a learned linear
 * ``laplacian_pe``'s eigenvector signs are flipped at random (per column, per forward pass) in
   training mode, as Dwivedi et al. (JMLR 2023) train; in eval mode the deterministic signs of
   :func:`~posenc.graph.node_pe.laplacian_pe` are used;
-* the encoding of the last graph seen is kept (keyed by the ``edge_index`` tensor itself, its
-  in-place version and the node count), so training on one graph computes it once.
+* the encoding of the last graph seen is kept (with a copy of its ``edge_index``, compared by
+  content, and its node count), so training on one graph computes it once, also when every step
+  moves the graph to the model's device.
 """
 
 from __future__ import annotations
@@ -84,17 +85,17 @@ class NodeEncoding(nn.Module):
     @torch.compiler.disable  # scipy / numpy on the graph: torch.compile runs it eagerly (a graph break)
     def encoding(self, edge_index: torch.Tensor, num_nodes: int, batch: torch.Tensor | None = None) -> torch.Tensor:
         """The column-normalised ``(num_nodes, k)`` encoding of the graph, or of each graph of a batch
-        (``batch[i]``: the graph of node ``i``), cached for the last call's graph."""
-        key = (edge_index, batch, edge_index._version, None if batch is None else batch._version, num_nodes,
-               edge_index.device)
+        (``batch[i]``: the graph of node ``i``), cached for the last call's graph (compared by content,
+        so a graph moved to the model's device at every step is still computed once)."""
         c = self._cached
-        if c is not None and c[0] is key[0] and c[1] is key[1] and c[2:-1] == key[2:]:
-            return c[-1]
-        if batch is None:
-            pe = self._normalised(edge_index, num_nodes)
-        else:
-            pe = self._per_graph(edge_index, num_nodes, batch)
-        self._cached = (*key, pe)
+        if (c is not None and c[2] == num_nodes and _same(c[0], edge_index)
+                and ((c[1] is None) if batch is None else (c[1] is not None and _same(c[1], batch)))):
+            return c[3]
+        with torch.inference_mode(False), torch.no_grad():  # usable in training when first met under evaluation
+            pe = self._normalised(edge_index, num_nodes) if batch is None else self._per_graph(edge_index, num_nodes,
+                                                                                              batch)
+            self._cached = (edge_index.detach().clone(), None if batch is None else batch.detach().clone(),
+                            num_nodes, pe)
         return pe
 
     def _normalised(self, edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -146,6 +147,11 @@ class NodeEncoding(nn.Module):
         return f"kind={self.kind!r}, dim={self.dim}, k={self.k}, seed={self.seed}, sign_flip={self.sign_flip}"
 
 
+def _same(kept: torch.Tensor, t: torch.Tensor) -> bool:
+    return (kept.shape == t.shape and kept.dtype == t.dtype and kept.device == t.device
+            and bool(torch.equal(kept, t)))
+
+
 def _graph_of(module: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(edge_index, batch)`` of a call: arguments of those names, else a ``Data`` object's attributes."""
     try:
@@ -185,9 +191,10 @@ def node_split(data: Any, mask: torch.Tensor | str, *, inputs: tuple[str, ...] =
 
     Args:
         data: a PyG ``Data`` (or any object with those attributes).
-        mask: a boolean node mask, or the name of one (``"train_mask"``).
+        mask: a boolean node mask, node indices (OGB's ``split_idx["train"]``), or the name of an
+            attribute holding either (``"train_mask"``).
         inputs: the attributes given to the model, as keywords.
-        target: the attribute holding the node classes.
+        target: the attribute holding the node classes (``(num_nodes,)``, or OGB's ``(num_nodes, 1)``).
 
     Example::
 
@@ -199,11 +206,20 @@ def node_split(data: Any, mask: torch.Tensor | str, *, inputs: tuple[str, ...] =
     else:
         name = "mask"
     y = getattr(data, target, None)
+    if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 1:  # OGB's (num_nodes, 1) labels
+        y = y[:, 0]
     if not isinstance(y, torch.Tensor) or y.dim() != 1 or y.dtype != torch.int64:
         raise ValueError(f"target: data.{target} must hold one int64 class per node, got "
                          f"{getattr(y, 'dtype', type(y).__name__)} {tuple(getattr(y, 'shape', ()))}")
+    n = y.shape[0]
+    if (isinstance(mask, torch.Tensor) and mask.dim() == 1 and not mask.is_floating_point()
+            and mask.dtype != torch.bool):  # node indices (OGB's split_idx)
+        if mask.numel() and (int(mask.min()) < 0 or int(mask.max()) >= n):
+            raise ValueError(f"{name}: node indices must lie in [0, {n}), got values in "
+                             f"[{int(mask.min())}, {int(mask.max())}]")
+        mask = torch.zeros(n, dtype=torch.bool, device=y.device).index_fill_(0, mask.to(y.device), True)
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != y.shape:
-        raise ValueError(f"{name} must be a boolean mask of the {y.shape[0]} nodes, got "
+        raise ValueError(f"{name} must be a boolean mask of the {n} nodes (or their indices), got "
                          f"{getattr(mask, 'dtype', type(mask).__name__)} {tuple(getattr(mask, 'shape', ()))}")
     if not bool(mask.any()):
         raise ValueError(f"{name} selects no node: nothing to train or measure on")

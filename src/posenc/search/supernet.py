@@ -95,12 +95,26 @@ def _default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _correct(outputs: torch.Tensor, targets: torch.Tensor) -> float:
-    if outputs.dim() >= 2 and outputs.shape[:1] == targets.shape[:1] and not targets.is_floating_point():
-        right = outputs.argmax(-1) == targets
-        if bool((targets == IGNORE_INDEX).any()):
-            right = right & (targets != IGNORE_INDEX)
+    """Correct argmax predictions in the units of :func:`counted`: a count for ``(batch, classes)``
+    logits of ``(batch,)`` targets; for targets with more dimensions (classes at dimension 1, as
+    cross-entropy takes them, or last) the share of right targets times :func:`counted`. Targets of
+    :data:`IGNORE_INDEX` count in neither; ``nan`` for floating-point targets or other shapes."""
+    if targets.is_floating_point() or outputs.dim() < 2 or outputs.shape[:1] != targets.shape[:1]:
+        return float("nan")
+    if outputs.dim() == targets.dim() + 1 and outputs.shape[:1] + outputs.shape[2:] == targets.shape:
+        pred = outputs.argmax(1)
+    elif outputs.shape[:-1] == targets.shape:
+        pred = outputs.argmax(-1)
+    else:
+        return float("nan")
+    right = pred == targets
+    ignored = bool((targets == IGNORE_INDEX).any())
+    if ignored:
+        right = right & (targets != IGNORE_INDEX)
+    if targets.dim() == 1:
         return float(right.sum())
-    return float("nan")
+    total = int((targets != IGNORE_INDEX).sum()) if ignored else targets.numel()
+    return counted(targets) * float(right.sum()) / total if total else 0.0
 
 
 def counted(targets: torch.Tensor) -> float | int:
