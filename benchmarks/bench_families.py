@@ -158,17 +158,22 @@ def summarise(units: list[dict[str, Any]], candidates: tuple[str, ...] | None = 
             "race_model_equals_its_standalone_training": all(match) if match else None}
 
 
-def run(quick: bool = False, *, tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None) -> dict:
-    tasks = tasks or (QUICK["tasks"] if quick else tuple(TASKS))
-    seeds = seeds or (QUICK["seeds"] if quick else SEEDS)
+def run_suite(task_seed_fn: Callable[[str, int, bool], dict], tasks: tuple[str, ...], seeds: tuple[int, ...],
+              quick: bool, candidates: tuple[str, ...], recipe: dict, task_info: dict) -> dict:
+    """Every task-seed of a suite (``task_seed_fn``, in ``$POSENC_BENCH_WORKERS`` processes) and its summary."""
     jobs = [(t, s) for s in seeds for t in tasks]
     load_before = os.getloadavg()
-    units, workers, cpu = run_units(task_seed, jobs, quick)
+    units, workers, cpu = run_units(task_seed_fn, jobs, quick)
     unit_cpu = sum(g["cpu_s"] for u in units for g in [*u["ground_truth"].values(), u["race"], u["race_larger"]])
-    return {"budget": BUDGET, "budget_larger": BUDGET_LARGER, "candidates": list(CANDIDATES), "recipe": _recipe(quick), "seeds": list(seeds),
-            "task_info": {t: TASKS[t] for t in tasks}, "units": units, "summary": summarise(units),
-            "units_cpu_s": unit_cpu, "cpu_s": cpu, "workers": workers, "threads": 1,
-            "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())}
+    return {"budget": BUDGET, "budget_larger": BUDGET_LARGER, "candidates": list(candidates), "recipe": recipe,
+            "seeds": list(seeds), "task_info": {t: task_info[t] for t in tasks}, "units": units,
+            "summary": summarise(units, candidates), "units_cpu_s": unit_cpu, "cpu_s": cpu, "workers": workers,
+            "threads": 1, "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())}
+
+
+def run(quick: bool = False, *, tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None) -> dict:
+    return run_suite(task_seed, tasks or (QUICK["tasks"] if quick else tuple(TASKS)),
+                     seeds or (QUICK["seeds"] if quick else SEEDS), quick, CANDIDATES, _recipe(quick), TASKS)
 
 
 def markdown(r: dict) -> str:

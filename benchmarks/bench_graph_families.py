@@ -15,13 +15,12 @@ fixed policies read off the ground truth. The summary and its tables are those o
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-from benchmarks.bench_choice import cached, run_units
-from benchmarks.bench_families import BUDGET, BUDGET_LARGER, _race, _standalone, summarise
+from benchmarks.bench_choice import cached
+from benchmarks.bench_families import BUDGET, BUDGET_LARGER, _race, _standalone, run_suite
 from benchmarks.graph_family_tasks import CANDIDATES, DIM, RECIPE, SEEDS, TASKS, build_model, load_task
 
 #: Tasks and length of the quick (smoke) run.
@@ -54,17 +53,8 @@ def _task_seed(name: str, seed: int, quick: bool) -> dict[str, Any]:
 
 
 def run(quick: bool = False, *, tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None) -> dict:
-    tasks = tasks or (QUICK["tasks"] if quick else tuple(TASKS))
-    seeds = seeds or (QUICK["seeds"] if quick else SEEDS)
-    jobs = [(t, s) for s in seeds for t in tasks]
-    load_before = os.getloadavg()
-    units, workers, cpu = run_units(task_seed, jobs, quick)
-    unit_cpu = sum(g["cpu_s"] for u in units for g in [*u["ground_truth"].values(), u["race"], u["race_larger"]])
-    return {"budget": BUDGET, "budget_larger": BUDGET_LARGER, "candidates": list(CANDIDATES),
-            "recipe": _recipe(quick), "seeds": list(seeds), "task_info": {t: TASKS[t] for t in tasks},
-            "units": units, "summary": summarise(units, CANDIDATES), "units_cpu_s": unit_cpu, "cpu_s": cpu,
-            "workers": workers, "threads": 1, "loadavg_before": list(load_before),
-            "loadavg_after": list(os.getloadavg())}
+    return run_suite(task_seed, tasks or (QUICK["tasks"] if quick else tuple(TASKS)),
+                     seeds or (QUICK["seeds"] if quick else SEEDS), quick, CANDIDATES, _recipe(quick), TASKS)
 
 
 def markdown(r: dict) -> str:

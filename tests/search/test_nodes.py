@@ -181,10 +181,16 @@ def test_node_encoding_flips_laplacian_signs_in_training_only():
     assert len(outs) > 1
 
 
-def test_node_encoding_computes_a_graph_once(monkeypatch):
+def _count_encodings(monkeypatch) -> list:
+    """A list that grows by one at every computation of a node encoding."""
     calls = []
     real = npe.node_pe
     monkeypatch.setattr(npe, "node_pe", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_node_encoding_computes_a_graph_once(monkeypatch):
+    calls = _count_encodings(monkeypatch)
     ei, n = _graph()
     enc = NodeEncoding("anchor_pe", 4, k=4)
     enc.edge_index = ei
@@ -421,9 +427,7 @@ def test_training_after_an_evaluation_on_the_same_graph(kind):
 
 
 def test_a_graph_moved_at_every_step_is_encoded_once(monkeypatch):
-    calls = []
-    real = npe.node_pe
-    monkeypatch.setattr(npe, "node_pe", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_encodings(monkeypatch)
     ei, n = _graph()
     enc = NodeEncoding("random_walk_pe", 4, k=4)
     for _ in range(3):
